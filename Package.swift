@@ -1,0 +1,134 @@
+// swift-tools-version:6.2
+import PackageDescription
+
+let strict: [SwiftSetting] = [
+    .swiftLanguageMode(.v6),
+    .enableUpcomingFeature("ExistentialAny"),
+]
+
+let package = Package(
+    name: "Rally",
+    platforms: [.macOS(.v14), .iOS(.v17), .tvOS(.v17)],
+    products: [
+        .library(name: "RallyWire", targets: ["RallyWire"]),
+        .library(name: "RallyCrypto", targets: ["RallyCrypto"]),
+        .library(name: "RallyRelay", targets: ["RallyRelay"]),
+        .library(name: "RallyCore", targets: ["RallyCore"]),
+        .library(name: "RallyViewModels", targets: ["RallyViewModels"]),
+        .executable(name: "rally", targets: ["rally"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-protobuf.git", from: "1.39.0"),
+        .package(url: "https://github.com/apple/swift-crypto.git", "3.12.3"..<"5.0.0"),
+        .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-metrics.git", from: "2.13.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
+        .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.1"),
+        .package(url: "https://github.com/hummingbird-project/hummingbird-websocket.git", from: "2.8.1"),
+        .package(url: "https://github.com/groue/GRDB.swift.git", from: "7.10.0"),
+    ],
+    targets: [
+        .systemLibrary(
+            name: "CZlib",
+            path: "Sources/CZlib",
+            providers: [.apt(["zlib1g-dev"])]
+        ),
+        .target(
+            name: "RallyWire",
+            dependencies: [.product(name: "SwiftProtobuf", package: "swift-protobuf")],
+            exclude: ["Proto"],
+            swiftSettings: strict
+        ),
+        .target(
+            name: "RallyCrypto",
+            dependencies: [
+                "RallyWire",
+                .product(name: "Crypto", package: "swift-crypto"),
+            ],
+            swiftSettings: strict
+        ),
+        .target(
+            name: "RallyRelay",
+            dependencies: [
+                "RallyWire",
+                "RallyCrypto",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: strict
+        ),
+        .target(
+            name: "RallyCore",
+            dependencies: [
+                "RallyWire",
+                "RallyCrypto",
+                "CZlib",
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strict
+        ),
+        .target(
+            name: "RallyViewModels",
+            dependencies: ["RallyCore"],
+            swiftSettings: strict
+        ),
+        .target(
+            name: "RallyCLI",
+            dependencies: [
+                "RallyCore",
+                "RallyRelay",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strict
+        ),
+        .executableTarget(
+            name: "rally",
+            dependencies: ["RallyCLI"],
+            swiftSettings: strict
+        ),
+        .target(
+            name: "RallyTestSupport",
+            dependencies: ["RallyCore", "RallyRelay"],
+            path: "Tests/RallyTestSupport",
+            swiftSettings: strict
+        ),
+        .testTarget(
+            name: "RallyWireTests",
+            dependencies: ["RallyWire"],
+            swiftSettings: strict
+        ),
+        .testTarget(
+            name: "RallyCryptoTests",
+            dependencies: ["RallyCrypto"],
+            swiftSettings: strict
+        ),
+        .testTarget(
+            name: "RallyRelayTests",
+            dependencies: [
+                "RallyRelay", "RallyTestSupport",
+                .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
+            ],
+            swiftSettings: strict
+        ),
+        .testTarget(
+            name: "RallyCoreTests",
+            dependencies: ["RallyCore", "RallyTestSupport"],
+            swiftSettings: strict
+        ),
+        .testTarget(
+            name: "RallyEndToEndTests",
+            dependencies: ["RallyCLI", "RallyTestSupport", "rally"],
+            swiftSettings: strict
+        ),
+    ]
+)

@@ -1,0 +1,46 @@
+import ArgumentParser
+import Foundation
+
+/// `rally`: the relay, and every client flow, from a terminal.
+public struct RallyCommand: AsyncParsableCommand {
+    public static let configuration = CommandConfiguration(
+        commandName: "rally",
+        abstract: "End-to-end encrypted invites, groups and messages over an untrusted relay.",
+        subcommands: [
+            RelayCommand.self, IDCommand.self, DMCommand.self, DemoCommand.self, BenchCommand.self,
+        ])
+
+    public init() {}
+}
+
+/// Options every client command takes.
+struct ClientOptions: ParsableArguments {
+    @Option(help: "Directory of this user's identity and local store (env RALLY_HOME; default ~/.rally).")
+    var home: String?
+
+    @Option(help: "Relay base URL (env RALLY_RELAY; default http://127.0.0.1:8080).")
+    var relay: String?
+
+    @Flag(help: "Print machine-readable JSON.")
+    var json = false
+
+    var homeURL: URL {
+        if let home { return URL(fileURLWithPath: home) }
+        if let env = ProcessInfo.processInfo.environment["RALLY_HOME"], !env.isEmpty {
+            return URL(fileURLWithPath: env)
+        }
+        return FileManager.default.homeDirectoryForCurrentUser.appendingPathComponent(".rally")
+    }
+
+    func relayURL() throws -> URL {
+        let text = relay ?? ProcessInfo.processInfo.environment["RALLY_RELAY"] ?? "http://127.0.0.1:8080"
+        guard let url = URL(string: text), let scheme = url.scheme, ["http", "https", "ws", "wss"].contains(scheme),
+            url.host != nil
+        else {
+            throw ValidationError("--relay must be a URL like http://127.0.0.1:8080, not \"\(text)\"")
+        }
+        return url
+    }
+
+    var output: Output { Output(json: json) }
+}

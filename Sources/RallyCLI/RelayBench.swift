@@ -1,0 +1,150 @@
+import ArgumentParser
+import Foundation
+import Logging
+import RallyCore
+import RallyCrypto
+import RallyWire
+
+/// `rally bench relay`: publish→deliver throughput and latency on loopback
+/// against a relay running as its own process (so its memory is its own),
+/// with 1, 10 and 100 concurrent clients. Prints numbers; asserts nothing.
+struct RelayBench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "relay", abstract: "Measure relay publish→deliver throughput, latency and memory.")
+
+    @Option(help: "Concurrent client counts to measure, comma-separated.") var clients = "1,10,100"
+    @Option(help: "Messages each client publishes per run (below the per-connection burst limit).")
+    var messages = 300
+    @Option(help: "Payload bytes per message.") var payload = 256
+
+    func run() async throws {
+        let counts = clients.split(separator: ",").compactMap { Int($0.trimmingCharacters(in: .whitespaces)) }
+        guard !counts.isEmpty, counts.allSatisfy({ $0 > 0 }) else { throw ValidationError("--clients: e.g. 1,10,100") }
+        guard payload >= 16, payload <= WireLimits.maxPayloadBytes else {
+            throw ValidationError("--payload must be 16...\(WireLimits.maxPayloadBytes)")
+        }
+        let relay = try ChildRelay.start()
+        defer { relay.stop() }
+        Output.write("relay: separate process pid \(relay.pid) on \(relay.url), SQLite WAL synchronous=FULL")
+        Output.write("clients  messages  seconds  deliveries/s  p50 ms  p99 ms  max ms")
+        for count in counts {
+            let result = try await measure(clients: count, relayURL: relay.url)
+            Output.write(
+                String(
+                    format: "%7d  %8d  %7.2f  %12.0f  %6.2f  %6.2f  %6.2f", count, result.delivered,
+                    result.seconds, Double(result.delivered) / result.seconds, result.percentile(0.50),
+                    result.percentile(0.99), result.percentile(1.0)))
+        }
+        Output.write("relay peak memory (VmHWM): \(relay.peakMemoryKiB().map { "\($0 / 1024) MiB" } ?? "unknown")")
+    }
+
+    struct Result {
+        var delivered = 0
+        var seconds = 0.0
+        var latenciesMs: [Double] = []
+
+        func percentile(_ p: Double) -> Double {
+            guard !latenciesMs.isEmpty else { return .nan }
+            let sorted = latenciesMs.sorted()
+            return sorted[min(sorted.count - 1, Int((Double(sorted.count - 1) * p).rounded()))]
+        }
+    }
+
+    private func measure(clients count: Int, relayURL: URL) async throws -> Result {
+        var logger = Logger(label: "rally.bench")
+        logger.logLevel = .error
+        let run = UUID().uuidString.lowercased().prefix(8)
+        let perClient = messages
+        let payloadSize = payload
+        // Each client subscribes to its own topic on one connection and
+        // publishes to it on another, so every message crosses the relay.
+        var pairs: [(RelayConnection, RelayConnection, TopicName)] = []
+        for index in 0..<count {
+            let identity = Identity(displayName: "bench-\(index)")
+            let subscriber = try await RelayConnection.connect(to: relayURL, identity: identity, logger: logger)
+            let publisher = try await RelayConnection.connect(to: relayURL, identity: identity, logger: logger)
+            pairs.append((subscriber, publisher, try TopicName(validating: "bench/\(run)-\(index)")))
+        }
+        let start = DispatchTime.now().uptimeNanoseconds
+        let latencies = try await withThrowingTaskGroup(of: [Double].self) { group in
+            for (subscriber, publisher, topic) in pairs {
+                let stream = await subscriber.subscribe(topic: topic, after: 0)
+                group.addTask {
+                    var latencies: [Double] = []
+                    latencies.reserveCapacity(perClient)
+                    for try await event in stream {
+                        guard case .envelope(let envelope) = event else { continue }
+                        let sentAt = envelope.payload.prefix(8).withUnsafeBytes { $0.loadUnaligned(as: UInt64.self) }
+                        let now = DispatchTime.now().uptimeNanoseconds
+                        latencies.append(Double(now - sentAt) / 1_000_000)
+                        if latencies.count == perClient { break }
+                    }
+                    return latencies
+                }
+                group.addTask {
+                    for _ in 0..<perClient {
+                        var body = Data(count: payloadSize)
+                        let stamp = DispatchTime.now().uptimeNanoseconds
+                        withUnsafeBytes(of: stamp) { body.replaceSubrange(0..<8, with: $0) }
+                        _ = try await publisher.publish(topic: topic, payload: body, idempotencyKey: MessageSealing.newMessageID())
+                    }
+                    return []
+                }
+            }
+            var all: [Double] = []
+            for try await part in group { all.append(contentsOf: part) }
+            return all
+        }
+        let seconds = Double(DispatchTime.now().uptimeNanoseconds - start) / 1_000_000_000
+        for (subscriber, publisher, _) in pairs {
+            await subscriber.close()
+            await publisher.close()
+        }
+        return Result(delivered: latencies.count, seconds: seconds, latenciesMs: latencies)
+    }
+}
+
+/// A relay in a child process, started from this same executable.
+struct ChildRelay {
+    let process: Process
+    let url: URL
+    let dataDirectory: URL
+    var pid: Int32 { process.processIdentifier }
+
+    static func start() throws -> ChildRelay {
+        let data = FileManager.default.temporaryDirectory.appendingPathComponent("rally-bench-\(UUID().uuidString)")
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
+        process.arguments = ["relay", "--port", "0", "--data", data.path, "--log-level", "error"]
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        try process.run()
+        var buffer = Data()
+        while true {
+            let chunk = pipe.fileHandleForReading.availableData
+            guard !chunk.isEmpty else { throw ValidationError("the relay process exited before listening") }
+            buffer.append(chunk)
+            let text = String(decoding: buffer, as: UTF8.self)
+            if let line = text.split(separator: "\n").first(where: { $0.contains("listening on ") }),
+                let urlText = line.split(separator: " ").first(where: { $0.hasPrefix("http://") }),
+                let url = URL(string: String(urlText))
+            {
+                return ChildRelay(process: process, url: url, dataDirectory: data)
+            }
+        }
+    }
+
+    func peakMemoryKiB() -> Int? {
+        guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return nil }
+        for line in status.split(separator: "\n") where line.hasPrefix("VmHWM:") {
+            return Int(line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "")
+        }
+        return nil
+    }
+
+    func stop() {
+        process.interrupt()
+        process.waitUntilExit()
+        try? FileManager.default.removeItem(at: dataDirectory)
+    }
+}

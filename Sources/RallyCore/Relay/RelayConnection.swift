@@ -1,0 +1,379 @@
+import Foundation
+import HummingbirdWSClient
+import Logging
+import NIOCore
+import RallyCrypto
+import RallyWire
+
+/// One WebSocket connection to a relay: request/reply matching by request
+/// id, and per-topic subscription streams. It does not reconnect by itself;
+/// the owner decides when to open a new one (and resubscribes from its
+/// cursors, so nothing is lost across connections).
+public actor RelayConnection {
+    public enum SubscriptionEvent: Sendable, Equatable {
+        case envelope(WireEnvelope)
+        /// The backlog after the cursor has been delivered; live envelopes
+        /// follow.
+        case caughtUp(seq: UInt64)
+    }
+
+    public static let defaultTimeout: Duration = .seconds(15)
+
+    public nonisolated let relayURL: URL
+    private let logger: Logger
+    private var writer: WebSocketOutboundWriter?
+    private var nextRequestID: UInt64 = 1
+    private var pending: [UInt64: CheckedContinuation<WireServerFrame, any Error>] = [:]
+    private var subscriptions: [String: AsyncThrowingStream<SubscriptionEvent, any Error>.Continuation] = [:]
+    private var challengeWaiter: CheckedContinuation<WireChallenge, any Error>?
+    private var challenge: WireChallenge?
+    private var cancelledRequests: Set<UInt64> = []
+    private var closedError: RelayClientError?
+    private var runTask: Task<Void, Never>?
+    public private(set) var authenticatedInbox: InboxID?
+
+    private init(relayURL: URL, logger: Logger) {
+        self.relayURL = relayURL
+        self.logger = logger
+    }
+
+    /// Opens a connection, waits for the relay's challenge and, given an
+    /// identity, authenticates as it.
+    public static func connect(
+        to relayURL: URL, identity: Identity?, logger: Logger = Logger(label: "rally.connection")
+    ) async throws(RelayClientError) -> RelayConnection {
+        let connection = RelayConnection(relayURL: relayURL, logger: logger)
+        try await connection.start()
+        if let identity {
+            try await connection.authenticate(identity)
+        }
+        return connection
+    }
+
+    public static func webSocketURL(for relayURL: URL) -> String {
+        var components = URLComponents(url: relayURL, resolvingAgainstBaseURL: false) ?? URLComponents()
+        components.scheme = components.scheme == "https" || components.scheme == "wss" ? "wss" : "ws"
+        let base = components.path.hasSuffix("/") ? String(components.path.dropLast()) : components.path
+        components.path = base + "/v1/ws"
+        return components.string ?? "ws://127.0.0.1:8080/v1/ws"
+    }
+
+    private func start() async throws(RelayClientError) {
+        let url = Self.webSocketURL(for: relayURL)
+        var configuration = WebSocketClientConfiguration()
+        configuration.maxFrameSize = WireLimits.maxFrameBytes
+        let logger = self.logger
+        runTask = Task {
+            do {
+                try await WebSocketClient.connect(url: url, configuration: configuration, logger: logger) {
+                    inbound, outbound, _ in
+                    await self.attach(outbound)
+                    var messages = inbound.messages(maxSize: WireLimits.maxFrameBytes).makeAsyncIterator()
+                    while let message = try await messages.next() {
+                        guard case .binary(let buffer) = message else { continue }
+                        await self.receive(Data(buffer.readableBytesView))
+                    }
+                }
+                self.closed(.disconnected("the relay closed the connection"))
+            } catch {
+                self.closed(self.writer == nil ? .unreachable(url: url, reason: "\(error)") : .disconnected("\(error)"))
+            }
+        }
+        do {
+            challenge = try await withTimeout(Self.defaultTimeout, what: "challenge") {
+                try await withTaskCancellationHandler {
+                    try await withCheckedThrowingContinuation { continuation in
+                        Task { await self.awaitChallenge(continuation) }
+                    }
+                } onCancel: {
+                    Task { await self.cancelChallengeWait() }
+                }
+            }
+        } catch let error as RelayClientError {
+            await close()
+            throw error
+        } catch {
+            await close()
+            throw .disconnected("\(error)")
+        }
+    }
+
+    private func cancelChallengeWait() {
+        challengeWaiter?.resume(throwing: RelayClientError.timedOut("challenge"))
+        challengeWaiter = nil
+    }
+
+    private func awaitChallenge(_ continuation: CheckedContinuation<WireChallenge, any Error>) {
+        if let challenge {
+            continuation.resume(returning: challenge)
+        } else if let closedError {
+            continuation.resume(throwing: closedError)
+        } else {
+            challengeWaiter = continuation
+        }
+    }
+
+    private func attach(_ outbound: WebSocketOutboundWriter) {
+        writer = outbound
+    }
+
+    public var maxPayloadBytes: Int {
+        challenge.map { Int($0.maxPayloadBytes) } ?? WireLimits.maxPayloadBytes
+    }
+
+    private func authenticate(_ identity: Identity) async throws(RelayClientError) {
+        guard let challenge else { throw .protocolViolation("no challenge received") }
+        var frame = WireClientFrame()
+        frame.authenticate = identity.authenticate(challengeNonce: challenge.nonce)
+        let reply = try await request(frame)
+        guard case .authenticated(let authenticated)? = reply.body else {
+            throw .protocolViolation("expected authenticated, got \(String(describing: reply.body))")
+        }
+        authenticatedInbox = try? InboxID(validating: authenticated.inboxID)
+    }
+
+    // MARK: Requests
+
+    /// Sends a frame and waits for the reply with the same request id. An
+    /// error frame becomes `.refused`.
+    public func request(_ frame: WireClientFrame, timeout: Duration = defaultTimeout) async throws(RelayClientError)
+        -> WireServerFrame
+    {
+        if let closedError { throw closedError }
+        guard let writer else { throw .disconnected("not connected") }
+        var frame = frame
+        let requestID = nextRequestID
+        nextRequestID += 1
+        frame.requestID = requestID
+        let bytes = FrameCodec.encode(frame)
+        let reply: WireServerFrame
+        do {
+            reply = try await withTimeout(timeout, what: "reply to request \(requestID)") {
+                try await withTaskCancellationHandler {
+                    try await withCheckedThrowingContinuation { continuation in
+                        Task { await self.register(requestID, continuation, sending: bytes, via: writer) }
+                    }
+                } onCancel: {
+                    Task { await self.failRequest(requestID, .timedOut("reply to request \(requestID)")) }
+                }
+            }
+        } catch let error as RelayClientError {
+            pending[requestID] = nil
+            throw error
+        } catch {
+            pending[requestID] = nil
+            throw .disconnected("\(error)")
+        }
+        if case .error(let error)? = reply.body {
+            throw .refused(code: error.code, message: error.message)
+        }
+        return reply
+    }
+
+    private func register(
+        _ requestID: UInt64, _ continuation: CheckedContinuation<WireServerFrame, any Error>,
+        sending bytes: Data, via writer: WebSocketOutboundWriter
+    ) {
+        if let closedError {
+            continuation.resume(throwing: closedError)
+            return
+        }
+        if cancelledRequests.remove(requestID) != nil {
+            continuation.resume(throwing: RelayClientError.timedOut("reply to request \(requestID)"))
+            return
+        }
+        pending[requestID] = continuation
+        Task {
+            do {
+                try await writer.write(.binary(ByteBuffer(bytes: bytes)))
+            } catch {
+                self.failRequest(requestID, .disconnected("write failed: \(error)"))
+            }
+        }
+    }
+
+    private func failRequest(_ requestID: UInt64, _ error: RelayClientError) {
+        if let continuation = pending.removeValue(forKey: requestID) {
+            continuation.resume(throwing: error)
+        } else {
+            // The cancellation overtook the registration; make it fail on
+            // arrival.
+            cancelledRequests.insert(requestID)
+        }
+    }
+
+    /// Sends raw bytes as one frame, bypassing encoding. For tests of the
+    /// relay's handling of hostile input.
+    public func sendRaw(_ bytes: Data) async throws(RelayClientError) {
+        guard let writer else { throw .disconnected("not connected") }
+        do {
+            try await writer.write(.binary(ByteBuffer(bytes: bytes)))
+        } catch {
+            throw .disconnected("write failed: \(error)")
+        }
+    }
+
+    public func publish(
+        topic: TopicName, payload: Data, idempotencyKey: Data, shouldPush: Bool = false, expiresAt: Date? = nil
+    ) async throws(RelayClientError) -> WirePublishAck {
+        var publish = WirePublish()
+        publish.topic = topic.rawValue
+        publish.payload = payload
+        publish.idempotencyKey = idempotencyKey
+        publish.shouldPush = shouldPush
+        if let expiresAt { publish.expiresAtMs = Int64(expiresAt.timeIntervalSince1970 * 1000) }
+        var frame = WireClientFrame()
+        frame.publish = publish
+        let reply = try await request(frame)
+        guard case .publishAck(let ack)? = reply.body else {
+            throw .protocolViolation("expected publish_ack")
+        }
+        return ack
+    }
+
+    public func putKeyBundle(_ bundle: WireSignedKeyBundle) async throws(RelayClientError) {
+        var frame = WireClientFrame()
+        frame.putKeyBundle.bundle = bundle
+        _ = try await request(frame)
+    }
+
+    /// Looks up an inbox's key bundle. Returns nil when the relay has none.
+    /// The caller verifies it: the relay is not trusted.
+    public func keyBundle(for inbox: InboxID) async throws(RelayClientError) -> WireSignedKeyBundle? {
+        var frame = WireClientFrame()
+        frame.getKeyBundle.inboxID = inbox.rawValue
+        let reply: WireServerFrame
+        do {
+            reply = try await request(frame)
+        } catch .refused(code: .notFound, message: _) {
+            return nil
+        }
+        guard case .keyBundle(let result)? = reply.body else { throw .protocolViolation("expected key_bundle") }
+        return result.bundle
+    }
+
+    public func ping() async throws(RelayClientError) {
+        var frame = WireClientFrame()
+        frame.ping.nonce = UInt64.random(in: 1 ... .max)
+        _ = try await request(frame)
+    }
+
+    // MARK: Subscriptions
+
+    /// Subscribes to a topic from a cursor: the stream yields the backlog,
+    /// then `.caughtUp`, then live envelopes. It ends with an error when the
+    /// relay refuses or the connection drops.
+    public func subscribe(topic: TopicName, after cursor: UInt64) -> AsyncThrowingStream<SubscriptionEvent, any Error> {
+        let (stream, continuation) = AsyncThrowingStream<SubscriptionEvent, any Error>.makeStream()
+        if let closedError {
+            continuation.finish(throwing: closedError)
+            return stream
+        }
+        subscriptions[topic.rawValue]?.finish()
+        subscriptions[topic.rawValue] = continuation
+        var frame = WireClientFrame()
+        frame.subscribe.topic = topic.rawValue
+        frame.subscribe.afterSeq = cursor
+        Task {
+            do {
+                let reply = try await self.request(frame, timeout: .seconds(120))
+                if case .subscribed(let subscribed)? = reply.body {
+                    continuation.yield(.caughtUp(seq: subscribed.caughtUpSeq))
+                }
+            } catch {
+                self.endSubscription(
+                    topic.rawValue, continuation: continuation,
+                    error: error as? RelayClientError ?? .disconnected("\(error)"))
+            }
+        }
+        return stream
+    }
+
+    public func unsubscribe(topic: TopicName) async {
+        subscriptions.removeValue(forKey: topic.rawValue)?.finish()
+        var frame = WireClientFrame()
+        frame.unsubscribe.topic = topic.rawValue
+        _ = try? await request(frame)
+    }
+
+    private func endSubscription(
+        _ topic: String, continuation: AsyncThrowingStream<SubscriptionEvent, any Error>.Continuation,
+        error: RelayClientError
+    ) {
+        continuation.finish(throwing: error)
+        subscriptions[topic] = nil
+    }
+
+    // MARK: Inbound
+
+    private func receive(_ bytes: Data) {
+        let frame: WireServerFrame
+        do {
+            frame = try FrameCodec.decodeServerFrame(bytes)
+        } catch {
+            logger.warning("dropping undecodable frame from relay: \(error)")
+            return
+        }
+        switch frame.body {
+        case .challenge(let challenge)?:
+            self.challenge = challenge
+            challengeWaiter?.resume(returning: challenge)
+            challengeWaiter = nil
+        case .envelope(let envelope)?:
+            subscriptions[envelope.topic]?.yield(.envelope(envelope))
+        case .error(let error)? where frame.requestID == 0:
+            // A pushed error: ends a subscription (slow consumer) or warns
+            // that the connection is about to close.
+            if !error.topic.isEmpty, let continuation = subscriptions.removeValue(forKey: error.topic) {
+                continuation.finish(throwing: RelayClientError.refused(code: error.code, message: error.message))
+            } else {
+                logger.warning("relay error: \(error.code.name): \(error.message)")
+                closedError = .refused(code: error.code, message: error.message)
+            }
+        default:
+            if let continuation = pending.removeValue(forKey: frame.requestID) {
+                continuation.resume(returning: frame)
+            }
+        }
+    }
+
+    private func closed(_ error: RelayClientError) {
+        if closedError == nil { closedError = error }
+        let reason = closedError ?? error
+        writer = nil
+        challengeWaiter?.resume(throwing: reason)
+        challengeWaiter = nil
+        for continuation in pending.values { continuation.resume(throwing: reason) }
+        pending.removeAll()
+        for continuation in subscriptions.values { continuation.finish(throwing: reason) }
+        subscriptions.removeAll()
+    }
+
+    public var isOpen: Bool { closedError == nil && writer != nil }
+
+    /// Closes the connection; pending requests fail with `.disconnected`.
+    public func close() async {
+        if let writer {
+            try? await writer.close(.normalClosure, reason: nil)
+        }
+        closed(.disconnected("closed by the client"))
+        runTask?.cancel()
+    }
+}
+
+/// Runs `operation` and fails with `.timedOut` if it takes longer than
+/// `timeout`.
+func withTimeout<T: Sendable>(
+    _ timeout: Duration, what: String, _ operation: @escaping @Sendable () async throws -> T
+) async throws -> T {
+    try await withThrowingTaskGroup(of: T.self) { group in
+        group.addTask { try await operation() }
+        group.addTask {
+            try await Task.sleep(for: timeout)
+            throw RelayClientError.timedOut(what)
+        }
+        defer { group.cancelAll() }
+        guard let result = try await group.next() else { throw RelayClientError.timedOut(what) }
+        return result
+    }
+}

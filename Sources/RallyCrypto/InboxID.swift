@@ -1,0 +1,42 @@
+import Crypto
+import Foundation
+
+/// The address of an identity: the first 20 bytes of SHA-256 over its
+/// Ed25519 signing public key, in lowercase base32 (32 characters). Anyone
+/// can check that a key bundle belongs to an inbox id; nobody can choose a
+/// key for a given id.
+public struct InboxID: Hashable, Sendable, Codable, Comparable, CustomStringConvertible {
+    public static let byteCount = 20
+    public static let textLength = 32
+
+    public let rawValue: String
+
+    public init(signingPublicKey: Data) {
+        let digest = SHA256.hash(data: signingPublicKey)
+        rawValue = Base32.encode(Array(digest.prefix(Self.byteCount)))
+    }
+
+    public init(validating text: String) throws(RallyCryptoError) {
+        let trimmed = text.trimmingCharacters(in: .whitespacesAndNewlines).lowercased()
+        guard trimmed.utf8.count == Self.textLength, let bytes = Base32.decode(trimmed),
+            bytes.count == Self.byteCount
+        else {
+            throw .invalidInboxID(text)
+        }
+        rawValue = trimmed
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let text = try decoder.singleValueContainer().decode(String.self)
+        self = try InboxID(validating: text)
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        try container.encode(rawValue)
+    }
+
+    public var description: String { rawValue }
+
+    public static func < (lhs: InboxID, rhs: InboxID) -> Bool { lhs.rawValue < rhs.rawValue }
+}

@@ -1,0 +1,131 @@
+import Foundation
+import Hummingbird
+import HummingbirdWebSocket
+import Logging
+import RallyWire
+import ServiceLifecycle
+
+/// The relay as a swift-service-lifecycle `Service`: HTTP and WebSocket on
+/// one port, the SQLite store, group commit, live fan-out and pruning.
+public final class RelayServer: Service, Sendable {
+    public let configuration: RelayConfiguration
+    private let logger: Logger
+    private let services: RelayServices
+    private let listening = ListeningSignal()
+
+    public init(configuration: RelayConfiguration, logger: Logger, clock: some RelayClock = SystemRelayClock()) throws {
+        self.configuration = configuration
+        self.logger = logger
+        let store = try SQLiteRelayStore(url: configuration.storeURL)
+        services = RelayServices(
+            store: store, clock: clock, limits: configuration.limits, metrics: RelayMetrics(), logger: logger)
+    }
+
+    /// Runs until graceful shutdown or cancellation. On the way out it stops
+    /// accepting, lets the commits in flight finish, then closes the store.
+    public func run() async throws {
+        let services = services
+        let router = Router(context: BasicWebSocketRequestContext.self)
+        HTTPEndpoints.addRoutes(to: router, services: services)
+        let webSocketRouter = Router(context: BasicWebSocketRequestContext.self)
+        WebSocketEndpoint.addRoute(to: webSocketRouter, services: services)
+        let listening = listening
+        let app = Application(
+            router: router,
+            server: .http1WebSocketUpgrade(
+                webSocketRouter: webSocketRouter,
+                configuration: .init(
+                    ws: WebSocketServerConfiguration(
+                        maxFrameSize: configuration.limits.transportMaxFrameBytes,
+                        closeTimeout: .seconds(5)))),
+            configuration: .init(address: .hostname(configuration.host, port: configuration.port)),
+            onServerRunning: { channel in
+                await listening.fulfill(port: channel.localAddress?.port ?? 0)
+            },
+            logger: logger
+        )
+
+        var failure: (any Error)?
+        do {
+            try await withGracefulShutdownHandler {
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    group.addTask { try await app.run() }
+                    group.addTask { await Self.pruneLoop(services: services) }
+                    // The server ends first (shutdown or failure); pruning
+                    // then stops with it.
+                    try await group.next()
+                    group.cancelAll()
+                }
+            } onGracefulShutdown: {
+                // Ends live subscriptions and long-polls, so open requests do
+                // not hold the shutdown for their full wait.
+                Task { await services.hub.shutdown() }
+            }
+        } catch {
+            failure = error
+        }
+        await listening.fail(failure ?? CancellationError())
+        await services.hub.shutdown()
+        await services.writer.close()
+        do {
+            try await services.store.close()
+        } catch {
+            logger.error("closing the store failed", metadata: ["error": "\(error)"])
+            if failure == nil { failure = error }
+        }
+        if let failure { throw failure }
+    }
+
+    /// Returns the bound port once the listener is up; throws if the server
+    /// stopped before it got there.
+    public func waitUntilListening() async throws -> Int {
+        try await listening.wait()
+    }
+
+    private static func pruneLoop(services: RelayServices) async {
+        while !Task.isCancelled {
+            do {
+                try await Task.sleep(for: services.limits.pruneInterval)
+            } catch {
+                return
+            }
+            await prune(services: services)
+        }
+    }
+
+    static func prune(services: RelayServices) async {
+        do {
+            let deleted = try await services.store.deleteExpired(nowMilliseconds: services.clock.nowMilliseconds)
+            services.metrics.prunedEnvelopes.increment(by: Int64(deleted))
+        } catch {
+            services.logger.error("pruning expired envelopes failed", metadata: ["error": "\(error)"])
+        }
+    }
+}
+
+/// A one-shot signal for "the listener is bound", awaited by any number of
+/// callers.
+actor ListeningSignal {
+    private var result: Result<Int, any Error>?
+    private var waiters: [CheckedContinuation<Int, any Error>] = []
+
+    func fulfill(port: Int) {
+        resolve(.success(port))
+    }
+
+    func fail(_ error: any Error) {
+        resolve(.failure(error))
+    }
+
+    func wait() async throws -> Int {
+        if let result { return try result.get() }
+        return try await withCheckedThrowingContinuation { waiters.append($0) }
+    }
+
+    private func resolve(_ outcome: Result<Int, any Error>) {
+        guard result == nil else { return }
+        result = outcome
+        for waiter in waiters { waiter.resume(with: outcome) }
+        waiters.removeAll()
+    }
+}

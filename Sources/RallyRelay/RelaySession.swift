@@ -1,0 +1,245 @@
+import Foundation
+import Logging
+import RallyCrypto
+import RallyWire
+
+/// What the transport should do after the session handled something.
+enum SessionDisposition: Sendable, Equatable {
+    case keepOpen
+    /// A fatal error frame was sent; close the connection.
+    case close
+}
+
+/// The protocol logic of one WebSocket connection, free of sockets: it
+/// takes received bytes and emits frames through `send`. The WebSocket
+/// handler is a thin shell around it; tests drive it directly.
+///
+/// Frames are emitted on three paths, each in order: replies to requests
+/// (from `receive`), publish acks (through `pumpAcks`, in commit order) and,
+/// per subscription, its backlog, `Subscribed` and live envelopes.
+actor RelaySession {
+    typealias Send = @Sendable (WireServerFrame) async throws -> Void
+
+    private struct ActiveSubscription {
+        let generation: UInt64
+        let task: Task<Void, Never>
+    }
+
+    let services: RelayServices
+    nonisolated let challengeNonce: Data
+    private let send: Send
+    private let acks: AsyncStream<WireServerFrame>
+    private let ackContinuation: AsyncStream<WireServerFrame>.Continuation
+    private(set) var inboxID: InboxID?
+    private var bucket: TokenBucket
+    private var subscriptions: [String: ActiveSubscription] = [:]
+    private var nextGeneration: UInt64 = 1
+    private var isClosed = false
+
+    init(services: RelayServices, send: @escaping Send) {
+        self.services = services
+        self.send = send
+        var nonce = Data(count: 32)
+        var generator = SystemRandomNumberGenerator()
+        for index in nonce.indices { nonce[index] = UInt8.random(in: .min ... .max, using: &generator) }
+        self.challengeNonce = nonce
+        (acks, ackContinuation) = AsyncStream.makeStream(of: WireServerFrame.self)
+        bucket = TokenBucket(
+            ratePerSecond: services.limits.publishRatePerSecond, burst: services.limits.publishBurst,
+            now: services.clock.monotonic)
+    }
+
+    /// The first frame of every connection.
+    nonisolated var challengeFrame: WireServerFrame {
+        var challenge = WireChallenge()
+        challenge.nonce = challengeNonce
+        challenge.serverTimeMs = services.clock.nowMilliseconds
+        challenge.protocolVersion = WireLimits.protocolVersion
+        challenge.maxPayloadBytes = UInt32(WireLimits.maxPayloadBytes)
+        challenge.authTimeoutMs = services.limits.authTimeoutMilliseconds
+        var frame = WireServerFrame()
+        frame.challenge = challenge
+        return frame
+    }
+
+    /// Sends publish acks as their commits complete; returns when the
+    /// session is closed.
+    nonisolated func pumpAcks() async {
+        for await frame in acks {
+            do { try await send(frame) } catch { return }
+        }
+    }
+
+    /// One binary WebSocket message.
+    func receive(_ bytes: Data) async -> SessionDisposition {
+        let frame: WireClientFrame
+        do {
+            frame = try FrameCodec.decodeClientFrame(bytes)
+        } catch {
+            switch error {
+            case .tooLarge: return await reply(RelayFailure(.frameTooLarge, error.description), to: 0)
+            case .empty, .malformed: return await reply(RelayFailure(.malformedFrame, error.description), to: 0)
+            }
+        }
+        return await handle(frame)
+    }
+
+    /// A message the protocol does not allow (a text message).
+    func reject(_ failure: RelayFailure) async -> SessionDisposition {
+        await reply(failure, to: 0)
+    }
+
+    /// Called by the transport when the authentication deadline passes.
+    func authTimeoutElapsed() async -> SessionDisposition {
+        guard inboxID == nil, !isClosed else { return .keepOpen }
+        return await reply(RelayFailure(.authenticationTimeout, "no authentication within the time limit"), to: 0)
+    }
+
+    /// Tells the client the relay is going away.
+    func shuttingDown() async {
+        guard !isClosed else { return }
+        _ = await reply(RelayFailure(.shuttingDown, "the relay is shutting down"), to: 0)
+    }
+
+    /// Ends every subscription and the ack stream.
+    func close() async {
+        isClosed = true
+        let active = subscriptions.values.map(\.task)
+        subscriptions.removeAll()
+        for task in active { task.cancel() }
+        for task in active { await task.value }
+        ackContinuation.finish()
+    }
+
+    func handle(_ frame: WireClientFrame) async -> SessionDisposition {
+        let requestID = frame.requestID
+        do throws(RelayFailure) {
+            switch frame.body {
+            case .authenticate(let auth): try await authenticate(auth, requestID: requestID)
+            case .publish(let publish): try await self.publish(publish, requestID: requestID)
+            case .subscribe(let subscribe): try await self.subscribe(subscribe, requestID: requestID)
+            case .unsubscribe(let unsubscribe): try await self.unsubscribe(unsubscribe, requestID: requestID)
+            case .ping(let ping): try await pong(ping, requestID: requestID)
+            case .putKeyBundle(let put):
+                var result = WireKeyBundleResult()
+                result.bundle = try await services.putKeyBundle(put.bundle)
+                try await emit(requestID) { $0.keyBundle = result }
+            case .getKeyBundle(let get):
+                var result = WireKeyBundleResult()
+                result.bundle = try await services.keyBundle(inboxID: get.inboxID)
+                try await emit(requestID) { $0.keyBundle = result }
+            case nil:
+                // A frame kind from a newer client, or none at all.
+                throw RelayFailure(.invalidRequest, "unsupported or empty frame")
+            }
+        } catch {
+            return await reply(error, to: requestID)
+        }
+        return .keepOpen
+    }
+
+    private func authenticate(_ auth: WireAuthenticate, requestID: UInt64) async throws(RelayFailure) {
+        let verified: InboxID
+        do {
+            verified = try RelayAuthentication.verify(auth, challengeNonce: challengeNonce)
+        } catch {
+            throw RelayFailure(.authenticationFailed, error.description)
+        }
+        if let inboxID, inboxID != verified {
+            throw RelayFailure(.invalidRequest, "this connection is already authenticated as another inbox")
+        }
+        inboxID = verified
+        var authenticated = WireAuthenticated()
+        authenticated.inboxID = verified.rawValue
+        try await emit(requestID) { $0.authenticated = authenticated }
+    }
+
+    private func publish(_ publish: WirePublish, requestID: UInt64) async throws(RelayFailure) {
+        let request = try services.validatePublish(publish)
+        if case .limited(let retryAfter) = bucket.take(now: services.clock.monotonic) {
+            throw RelayFailure(
+                .rateLimited, "too many publishes on this connection", topic: request.topic,
+                retryAfterMilliseconds: retryAfter)
+        }
+        let acks = ackContinuation
+        let services = services
+        await services.writer.submit(request) { result in
+            switch result {
+            case .success(let appended):
+                var frame = WireServerFrame()
+                frame.requestID = requestID
+                frame.publishAck = appended.ack
+                acks.yield(frame)
+            case .failure(var failure):
+                failure.topic = request.topic
+                acks.yield(services.errorFrame(failure, requestID: requestID))
+            }
+        }
+    }
+
+    private func subscribe(_ subscribe: WireSubscribe, requestID: UInt64) async throws(RelayFailure) {
+        guard let inboxID else { throw RelayFailure(.notAuthenticated, "authenticate before subscribing") }
+        let topic = try services.validateTopic(subscribe.topic)
+        if topic.kind == .inbox, topic.id != inboxID.rawValue {
+            throw RelayFailure(.forbidden, "only its owner may read an inbox", topic: topic.rawValue)
+        }
+        if let existing = subscriptions.removeValue(forKey: topic.rawValue) {
+            // A repeated subscribe restarts from the new cursor.
+            existing.task.cancel()
+            await existing.task.value
+        } else if subscriptions.count >= services.limits.maxSubscriptionsPerConnection {
+            throw RelayFailure(
+                .tooManySubscriptions,
+                "at most \(services.limits.maxSubscriptionsPerConnection) subscriptions per connection",
+                topic: topic.rawValue)
+        }
+        guard !isClosed else { return }
+        let generation = nextGeneration
+        nextGeneration += 1
+        let feed = SubscriptionFeed(
+            topic: topic.rawValue, requestID: requestID, cursor: subscribe.afterSeq, services: services, send: send)
+        let task = Task {
+            let ended = await feed.run()
+            await self.subscriptionEnded(topic: topic.rawValue, generation: generation, reason: ended)
+        }
+        subscriptions[topic.rawValue] = ActiveSubscription(generation: generation, task: task)
+    }
+
+    private func subscriptionEnded(topic: String, generation: UInt64, reason: SubscriptionFeed.Outcome) {
+        if subscriptions[topic]?.generation == generation { subscriptions[topic] = nil }
+    }
+
+    private func unsubscribe(_ unsubscribe: WireUnsubscribe, requestID: UInt64) async throws(RelayFailure) {
+        if let existing = subscriptions.removeValue(forKey: unsubscribe.topic) {
+            existing.task.cancel()
+            // Nothing of the topic is sent after `Unsubscribed`.
+            await existing.task.value
+        }
+        var unsubscribed = WireUnsubscribed()
+        unsubscribed.topic = unsubscribe.topic
+        try await emit(requestID) { $0.unsubscribed = unsubscribed }
+    }
+
+    private func pong(_ ping: WirePing, requestID: UInt64) async throws(RelayFailure) {
+        var pong = WirePong()
+        pong.nonce = ping.nonce
+        pong.serverTimeMs = services.clock.nowMilliseconds
+        try await emit(requestID) { $0.pong = pong }
+    }
+
+    var subscribedTopics: Set<String> { Set(subscriptions.keys) }
+
+    // A failed write means the connection is gone; the transport notices
+    // on its own, so the error is dropped here.
+    private func emit(_ requestID: UInt64, _ fill: (inout WireServerFrame) -> Void) async throws(RelayFailure) {
+        var frame = WireServerFrame()
+        frame.requestID = requestID
+        fill(&frame)
+        try? await send(frame)
+    }
+
+    private func reply(_ failure: RelayFailure, to requestID: UInt64) async -> SessionDisposition {
+        try? await send(services.errorFrame(failure, requestID: requestID))
+        return failure.isFatal ? .close : .keepOpen
+    }
+}

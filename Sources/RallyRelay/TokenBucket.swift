@@ -1,0 +1,40 @@
+/// A token bucket: `burst` tokens at most, refilled at `ratePerSecond`.
+/// Time is passed in, so the bucket itself is a pure value.
+struct TokenBucket: Sendable {
+    enum Decision: Equatable, Sendable {
+        case allowed
+        case limited(retryAfterMilliseconds: UInt64)
+    }
+
+    let ratePerSecond: Double
+    let burst: Double
+    private var tokens: Double
+    private var updatedAt: Duration
+
+    init(ratePerSecond: Double, burst: Double, now: Duration) {
+        self.ratePerSecond = ratePerSecond
+        self.burst = max(1, burst)
+        self.tokens = self.burst
+        self.updatedAt = now
+    }
+
+    mutating func take(now: Duration) -> Decision {
+        refill(now: now)
+        if tokens >= 1 {
+            tokens -= 1
+            return .allowed
+        }
+        guard ratePerSecond > 0 else { return .limited(retryAfterMilliseconds: UInt64(Int32.max)) }
+        let missing = 1 - tokens
+        let waitMilliseconds = (missing / ratePerSecond * 1000).rounded(.up)
+        return .limited(retryAfterMilliseconds: max(1, UInt64(waitMilliseconds)))
+    }
+
+    private mutating func refill(now: Duration) {
+        let elapsed = now - updatedAt
+        guard elapsed > .zero else { return }
+        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        tokens = min(burst, tokens + seconds * ratePerSecond)
+        updatedAt = now
+    }
+}

@@ -1,0 +1,109 @@
+import RallyWire
+
+/// Live fan-out of committed envelopes to the subscribers of each topic.
+///
+/// Delivery never waits for a subscriber: each has a bounded buffer, and a
+/// subscriber whose buffer is full is cut off (its stream finishes with
+/// `.overflowed`). The store holds everything, so a cut-off subscriber loses
+/// nothing: it resubscribes from its cursor.
+actor TopicHub {
+    struct Subscription: Sendable {
+        let id: UInt64
+        let topic: String
+        let envelopes: AsyncStream<WireEnvelope>
+    }
+
+    enum EndReason: Sendable, Equatable {
+        case overflowed
+        case shutDown
+        case unsubscribed
+    }
+
+    private struct Entry {
+        let topic: String
+        let continuation: AsyncStream<WireEnvelope>.Continuation
+    }
+
+    private var entries: [UInt64: Entry] = [:]
+    private var byTopic: [String: Set<UInt64>] = [:]
+    private var endedReasons: [UInt64: EndReason] = [:]
+    private var nextID: UInt64 = 1
+    private var isShutDown = false
+
+    /// Starts buffering live envelopes of `topic` for a new subscriber.
+    func subscribe(topic: String, capacity: Int) -> Subscription {
+        let (stream, continuation) = AsyncStream<WireEnvelope>.makeStream(
+            bufferingPolicy: .bufferingOldest(max(1, capacity)))
+        let id = nextID
+        nextID += 1
+        if isShutDown {
+            continuation.finish()
+            endedReasons[id] = .shutDown
+        } else {
+            entries[id] = Entry(topic: topic, continuation: continuation)
+            byTopic[topic, default: []].insert(id)
+        }
+        return Subscription(id: id, topic: topic, envelopes: stream)
+    }
+
+    /// Removes a subscriber and returns why its stream ended, if it did.
+    @discardableResult
+    func unsubscribe(_ id: UInt64) -> EndReason? {
+        if let ended = endedReasons.removeValue(forKey: id) { return ended }
+        guard let entry = entries.removeValue(forKey: id) else { return nil }
+        removeFromTopic(id, entry.topic)
+        entry.continuation.finish()
+        return nil
+    }
+
+    /// Why a subscriber's stream finished, or nil if it is still live.
+    func endReason(_ id: UInt64) -> EndReason? {
+        endedReasons[id]
+    }
+
+    /// Offers committed envelopes, in commit order, to every subscriber of
+    /// their topics. Returns how many deliveries were made.
+    @discardableResult
+    func deliver(_ envelopes: [WireEnvelope]) -> Int {
+        var delivered = 0
+        for envelope in envelopes {
+            guard let ids = byTopic[envelope.topic] else { continue }
+            for id in ids {
+                guard let entry = entries[id] else { continue }
+                switch entry.continuation.yield(envelope) {
+                case .enqueued:
+                    delivered += 1
+                case .dropped:
+                    end(id, reason: .overflowed)
+                case .terminated:
+                    end(id, reason: .unsubscribed)
+                @unknown default:
+                    end(id, reason: .overflowed)
+                }
+            }
+        }
+        return delivered
+    }
+
+    /// Ends every subscription; later subscriptions end at once.
+    func shutdown() {
+        isShutDown = true
+        for id in Array(entries.keys) { end(id, reason: .shutDown) }
+    }
+
+    func subscriberCount(topic: String) -> Int {
+        byTopic[topic]?.count ?? 0
+    }
+
+    private func end(_ id: UInt64, reason: EndReason) {
+        guard let entry = entries.removeValue(forKey: id) else { return }
+        removeFromTopic(id, entry.topic)
+        endedReasons[id] = reason
+        entry.continuation.finish()
+    }
+
+    private func removeFromTopic(_ id: UInt64, _ topic: String) {
+        byTopic[topic]?.remove(id)
+        if byTopic[topic]?.isEmpty == true { byTopic[topic] = nil }
+    }
+}

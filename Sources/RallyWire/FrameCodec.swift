@@ -1,0 +1,50 @@
+import Foundation
+import SwiftProtobuf
+
+/// Decoding of bytes that arrive from the network, with the size limit
+/// checked before any parsing and every failure mapped to a typed error.
+public enum FrameCodec {
+    public static func decodeClientFrame(_ bytes: Data) throws(FrameDecodingError) -> WireClientFrame {
+        try decode(WireClientFrame.self, from: bytes, limit: WireLimits.maxFrameBytes)
+    }
+
+    public static func decodeServerFrame(_ bytes: Data) throws(FrameDecodingError) -> WireServerFrame {
+        try decode(WireServerFrame.self, from: bytes, limit: WireLimits.maxFrameBytes)
+    }
+
+    /// Decodes any protobuf message from untrusted bytes. Unknown fields are
+    /// kept (forward compatibility); anything unparseable is `.malformed`.
+    public static func decode<M: SwiftProtobuf.Message>(
+        _ type: M.Type, from bytes: Data, limit: Int
+    ) throws(FrameDecodingError) -> M {
+        guard bytes.count <= limit else { throw .tooLarge(size: bytes.count, limit: limit) }
+        guard !bytes.isEmpty else { throw .empty }
+        do {
+            var options = BinaryDecodingOptions()
+            options.messageDepthLimit = 32
+            return try M(serializedBytes: bytes, options: options)
+        } catch {
+            throw .malformed(String(describing: error))
+        }
+    }
+
+    public static func encode(_ message: some SwiftProtobuf.Message) -> Data {
+        // Serializing an initialized proto3 message cannot fail: there are no
+        // required fields, and our maps have string keys.
+        (try? message.serializedData()) ?? Data()
+    }
+}
+
+public enum FrameDecodingError: Error, Equatable, Sendable, CustomStringConvertible {
+    case empty
+    case tooLarge(size: Int, limit: Int)
+    case malformed(String)
+
+    public var description: String {
+        switch self {
+        case .empty: "empty frame"
+        case .tooLarge(let size, let limit): "frame of \(size) bytes exceeds the limit of \(limit) bytes"
+        case .malformed(let reason): "malformed frame: \(reason)"
+        }
+    }
+}

@@ -1,0 +1,3 @@
+import RallyCLI
+
+await RallyCommand.main()
