@@ -127,7 +127,7 @@ let package = Package(
         ),
         .testTarget(
             name: "RallyEndToEndTests",
-            dependencies: ["RallyCLI", "RallyTestSupport", "rally"],
+            dependencies: ["RallyCLI", "RallyViewModels", "RallyTestSupport", "rally"],
             swiftSettings: strict
         ),
     ]

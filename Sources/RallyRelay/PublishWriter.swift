@@ -58,6 +58,9 @@ actor PublishWriter {
         }
     }
 
+    /// Publishes waiting for the next transaction.
+    var queuedCount: Int { queue.count }
+
     /// Refuses new publishes and waits until every queued one is committed.
     func close() async {
         isClosed = true

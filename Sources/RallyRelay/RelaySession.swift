@@ -199,13 +199,15 @@ actor RelaySession {
         let feed = SubscriptionFeed(
             topic: topic.rawValue, requestID: requestID, cursor: subscribe.afterSeq, services: services, send: send)
         let task = Task {
-            let ended = await feed.run()
-            await self.subscriptionEnded(topic: topic.rawValue, generation: generation, reason: ended)
+            _ = await feed.run()
+            self.subscriptionEnded(topic: topic.rawValue, generation: generation)
         }
         subscriptions[topic.rawValue] = ActiveSubscription(generation: generation, task: task)
     }
 
-    private func subscriptionEnded(topic: String, generation: UInt64, reason: SubscriptionFeed.Outcome) {
+    /// Forgets a subscription that ended on its own (slow consumer, store
+    /// failure, shutdown), unless the topic was resubscribed meanwhile.
+    private func subscriptionEnded(topic: String, generation: UInt64) {
         if subscriptions[topic]?.generation == generation { subscriptions[topic] = nil }
     }
 

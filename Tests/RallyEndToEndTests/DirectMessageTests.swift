@@ -1,0 +1,129 @@
+import Foundation
+import RallyCore
+import RallyCrypto
+import RallyTestSupport
+import RallyWire
+import Testing
+
+@Suite("Direct messages through a real relay")
+struct DirectMessageTests {
+    @Test("A direct message travels from Alice to Bob and back, verified and decrypted")
+    func roundTrip() async throws {
+        let relay = try await TestRelay.start()
+        let homes = TemporaryDirectory("rally-homes")
+        defer { homes.remove() }
+        let alice = try await RallyClient.create(
+            home: homes.path("alice"), relayURL: relay.url, displayName: "Alice", logger: TestLogger.quiet)
+        let bob = try await RallyClient.create(
+            home: homes.path("bob"), relayURL: relay.url, displayName: "Bob", logger: TestLogger.quiet)
+
+        let sent = try await alice.sendText("hello bob 👋", to: bob.inboxID)
+        let report = try await bob.syncInbox()
+        #expect(report.rejected.isEmpty)
+        #expect(report.received.count == 1)
+        let received = try #require(report.received.first)
+        #expect(received.displayText == "hello bob 👋")
+        #expect(received.sender == alice.inboxID)
+        #expect(received.senderName == "Alice")
+        #expect(received.id == sent.id)
+        #expect(received.conversation == alice.inboxID.rawValue)
+        #expect(received.contentType == "xmtp.org/text:1.0")
+
+        _ = try await bob.sendText("hi alice", to: alice.inboxID)
+        let back = try await alice.syncInbox()
+        #expect(back.received.map(\.displayText) == ["hi alice"])
+        // Alice's own store has both directions of the conversation.
+        let conversation = try alice.store.messages(conversation: bob.inboxID.rawValue)
+        #expect(conversation.map(\.outgoing) == [true, false])
+
+        await alice.disconnect()
+        await bob.disconnect()
+        await relay.stop()
+    }
+
+    @Test("A recipient offline while 100 messages are sent gets all of them, in order, once")
+    func offlineCatchUp() async throws {
+        let relay = try await TestRelay.start()
+        let homes = TemporaryDirectory("rally-homes")
+        defer { homes.remove() }
+        let alice = try await RallyClient.create(
+            home: homes.path("alice"), relayURL: relay.url, displayName: "Alice", logger: TestLogger.quiet)
+        let bob = try await RallyClient.create(
+            home: homes.path("bob"), relayURL: relay.url, displayName: "Bob", logger: TestLogger.quiet)
+        await bob.disconnect()
+
+        for index in 0..<100 {
+            _ = try await alice.sendText("message \(index)", to: bob.inboxID)
+        }
+
+        // Bob "comes back": a new client on the same home, as after a restart.
+        let bobAgain = try RallyClient.open(home: homes.path("bob"), relayURL: relay.url, logger: TestLogger.quiet)
+        let report = try await bobAgain.syncInbox()
+        #expect(report.received.map(\.displayText) == (0..<100).map { "message \($0)" })
+        #expect(Set(report.received.map(\.id)).count == 100)
+        #expect(try bobAgain.store.messageCount() == 100)
+
+        let second = try await bobAgain.syncInbox()
+        #expect(second.received.isEmpty)
+        #expect(try bobAgain.store.messageCount() == 100)
+
+        await alice.disconnect()
+        await bobAgain.disconnect()
+        await relay.stop()
+    }
+
+    @Test("A follower receives messages live as they are sent")
+    func followLive() async throws {
+        let relay = try await TestRelay.start()
+        let homes = TemporaryDirectory("rally-homes")
+        defer { homes.remove() }
+        let alice = try await RallyClient.create(
+            home: homes.path("alice"), relayURL: relay.url, displayName: "Alice", logger: TestLogger.quiet)
+        let bob = try await RallyClient.create(
+            home: homes.path("bob"), relayURL: relay.url, displayName: "Bob", logger: TestLogger.quiet)
+
+        let (events, continuation) = AsyncStream<RallyClient.InboxEvent>.makeStream()
+        let follower = Task {
+            try await bob.followInbox(untilCaughtUp: false) { event in continuation.yield(event) }
+        }
+        var iterator = events.makeAsyncIterator()
+        // Wait for the subscription to be live before sending.
+        while let event = await iterator.next() {
+            if case .caughtUp = event { break }
+        }
+        for text in ["one", "two", "three"] { _ = try await alice.sendText(text, to: bob.inboxID) }
+        var texts: [String] = []
+        while texts.count < 3, let event = await iterator.next() {
+            if case .message(let message) = event { texts.append(message.displayText) }
+        }
+        #expect(texts == ["one", "two", "three"])
+        follower.cancel()
+        await bob.disconnect()
+        await alice.disconnect()
+        await relay.stop()
+    }
+
+    @Test("Sending to an inbox with no published key bundle says so")
+    func unknownRecipient() async throws {
+        let relay = try await TestRelay.start()
+        let homes = TemporaryDirectory("rally-homes")
+        defer { homes.remove() }
+        let alice = try await RallyClient.create(
+            home: homes.path("alice"), relayURL: relay.url, displayName: "Alice", logger: TestLogger.quiet)
+        let stranger = Identity(displayName: "never published").inboxID
+        await #expect(throws: RallyClientError.unknownRecipient(stranger)) {
+            _ = try await alice.sendText("hello?", to: stranger)
+        }
+        await alice.disconnect()
+        await relay.stop()
+    }
+
+    @Test("Opening a home without an identity tells the user how to create one")
+    func noIdentity() async throws {
+        let homes = TemporaryDirectory("rally-homes")
+        defer { homes.remove() }
+        #expect(throws: RallyClientError.noIdentity(home: homes.path("empty").path)) {
+            _ = try RallyClient.open(home: homes.path("empty"), relayURL: URL(string: "http://127.0.0.1:1")!)
+        }
+    }
+}

@@ -1,0 +1,165 @@
+import Foundation
+import RallyCore
+import RallyCrypto
+import RallyTestSupport
+import RallyWire
+import Testing
+
+/// Collects a subscription's envelopes until a condition holds.
+func collect(
+    _ stream: AsyncThrowingStream<RelayConnection.SubscriptionEvent, any Error>,
+    until done: ([WireEnvelope]) -> Bool
+) async throws -> [WireEnvelope] {
+    var envelopes: [WireEnvelope] = []
+    if done(envelopes) { return envelopes }
+    for try await event in stream {
+        if case .envelope(let envelope) = event { envelopes.append(envelope) }
+        if done(envelopes) { break }
+    }
+    return envelopes
+}
+
+@Suite("Relay guarantees, end to end")
+struct RelayGuaranteeTests {
+    @Test("Every acknowledged publish survives SIGKILL of the relay and a restart")
+    func acknowledgedSurvivesKill() async throws {
+        let directory = TemporaryDirectory("rally-kill")
+        defer { directory.remove() }
+        let data = directory.path("data")
+        let relay = try RelayProcess.start(dataDirectory: data)
+        let identity = Identity(displayName: "publisher")
+        let topic = try TopicName(validating: "test/kill-\(UUID().uuidString.lowercased())")
+
+        actor Acks {
+            var bySeq: [UInt64: Data] = [:]
+            func add(_ seq: UInt64, _ payload: Data) { bySeq[seq] = payload }
+        }
+        let acks = Acks()
+        let (progress, progressContinuation) = AsyncStream<Int>.makeStream()
+        // Several publishers at once, so the kill lands while commits are in
+        // flight.
+        let publishers = (0..<4).map { worker in
+            Task {
+                guard let connection = try? await RelayConnection.connect(
+                    to: relay.url, identity: identity, logger: TestLogger.quiet)
+                else { return }
+                for index in 0..<10_000 {
+                    let payload = Data("worker \(worker) message \(index)".utf8)
+                    guard let ack = try? await connection.publish(
+                        topic: topic, payload: payload, idempotencyKey: MessageSealing.newMessageID())
+                    else { return }
+                    await acks.add(ack.seq, payload)
+                    progressContinuation.yield(1)
+                }
+            }
+        }
+        var acknowledged = 0
+        for await _ in progress {
+            acknowledged += 1
+            if acknowledged == 200 { break }
+        }
+        relay.kill(signal: SIGKILL)
+        for publisher in publishers { await publisher.value }
+        #expect(relay.terminationStatus != 0)
+
+        let restarted = try RelayProcess.start(dataDirectory: data)
+        defer { restarted.kill(signal: SIGTERM) }
+        let reader = try await RelayConnection.connect(to: restarted.url, identity: identity, logger: TestLogger.quiet)
+        let stream = await reader.subscribe(topic: topic, after: 0)
+        var stored: [WireEnvelope] = []
+        for try await event in stream {
+            if case .envelope(let envelope) = event { stored.append(envelope) }
+            if case .caughtUp = event { break }
+        }
+        let acked = await acks.bySeq
+        #expect(acked.count >= 200)
+        // Gap-free from 1, and every acknowledged seq holds its payload.
+        #expect(stored.map(\.seq) == Array(1...UInt64(stored.count)))
+        let storedBySeq = Dictionary(uniqueKeysWithValues: stored.map { ($0.seq, $0.payload) })
+        for (seq, payload) in acked {
+            #expect(storedBySeq[seq] == payload, "acknowledged seq \(seq) lost or altered")
+        }
+        await reader.close()
+    }
+
+    @Test("A publish retried with the same idempotency key after a lost ack is stored once")
+    func retryAfterLostAck() async throws {
+        let relay = try await TestRelay.start()
+        let identity = Identity(displayName: "sender")
+        let topic = try TopicName(validating: "test/retry-\(UUID().uuidString.lowercased())")
+        let watcher = try await RelayConnection.connect(to: relay.url, identity: identity, logger: TestLogger.quiet)
+        let stream = await watcher.subscribe(topic: topic, after: 0)
+        var events = stream.makeAsyncIterator()
+        #expect(try await events.next() == .caughtUp(seq: 0))
+
+        // Send the publish and hang up without reading the ack: the relay
+        // commits it and its ack goes to a connection that is gone.
+        let key = MessageSealing.newMessageID()
+        var frame = WireClientFrame()
+        frame.requestID = 1
+        frame.publish.topic = topic.rawValue
+        frame.publish.payload = Data("once".utf8)
+        frame.publish.idempotencyKey = key
+        let first = try await RelayConnection.connect(to: relay.url, identity: identity, logger: TestLogger.quiet)
+        try await first.sendRaw(FrameCodec.encode(frame))
+        await first.close()
+        // The watcher seeing it proves the commit happened.
+        guard case .envelope(let committed)? = try await events.next() else {
+            Issue.record("expected the committed envelope")
+            return
+        }
+        #expect(committed.seq == 1)
+
+        let retry = try await RelayConnection.connect(to: relay.url, identity: identity, logger: TestLogger.quiet)
+        let ack = try await retry.publish(topic: topic, payload: Data("once".utf8), idempotencyKey: key)
+        #expect(ack.seq == 1)
+        #expect(ack.duplicate)
+        // The next distinct publish is the very next envelope the watcher
+        // sees: the retry added nothing.
+        let next = try await retry.publish(
+            topic: topic, payload: Data("next".utf8), idempotencyKey: MessageSealing.newMessageID())
+        #expect(next.seq == 2)
+        guard case .envelope(let following)? = try await events.next() else {
+            Issue.record("expected the next envelope")
+            return
+        }
+        #expect(following.seq == 2)
+        #expect(following.payload == Data("next".utf8))
+
+        await retry.close()
+        await watcher.close()
+        await relay.stop()
+    }
+
+    @Test("Subscribing to another identity's inbox is refused")
+    func foreignInboxRefused() async throws {
+        let relay = try await TestRelay.start()
+        let owner = Identity(displayName: "owner")
+        let snoop = Identity(displayName: "snoop")
+        let connection = try await RelayConnection.connect(to: relay.url, identity: snoop, logger: TestLogger.quiet)
+        let stream = await connection.subscribe(topic: try .inbox(owner.inboxID.rawValue), after: 0)
+        do {
+            for try await _ in stream {}
+            Issue.record("the subscription should have been refused")
+        } catch let error as RelayClientError {
+            guard case .refused(code: .forbidden, _) = error else {
+                Issue.record("expected forbidden, got \(error)")
+                return
+            }
+        }
+        // Its own inbox is fine on the same connection.
+        let own = await connection.subscribe(topic: try .inbox(snoop.inboxID.rawValue), after: 0)
+        var iterator = own.makeAsyncIterator()
+        #expect(try await iterator.next() == .caughtUp(seq: 0))
+
+        // An unauthenticated connection cannot read any inbox either.
+        let anonymous = try await RelayConnection.connect(to: relay.url, identity: nil, logger: TestLogger.quiet)
+        let denied = await anonymous.subscribe(topic: try .inbox(owner.inboxID.rawValue), after: 0)
+        await #expect(throws: RelayClientError.self) {
+            for try await _ in denied {}
+        }
+        await connection.close()
+        await anonymous.close()
+        await relay.stop()
+    }
+}

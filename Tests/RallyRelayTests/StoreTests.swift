@@ -1,0 +1,122 @@
+import Foundation
+import RallyCrypto
+import RallyWire
+import Testing
+
+@testable import RallyRelay
+
+@Suite("SQLite relay store", .timeLimit(.minutes(1)))
+struct StoreTests {
+    @Test("seqs are per topic, strictly increasing and gap-free")
+    func seqsPerTopic() async throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let store = try SQLiteRelayStore(url: directory.storeURL)
+        let results = try await store.append(
+            [request("group/a", "1"), request("group/b", "1"), request("group/a", "2"), request("group/a", "3")],
+            serverTimeMilliseconds: 42)
+        #expect(results.map(\.envelope.seq) == [1, 1, 2, 3])
+        #expect(results.allSatisfy { !$0.duplicate && $0.envelope.serverTimeMs == 42 })
+        #expect(try await store.headSeq(topic: "group/a") == 3)
+        #expect(try await store.headSeq(topic: "group/none") == 0)
+        let page = try await store.fetch(topic: "group/a", after: 1, limit: 1, nowMilliseconds: 0)
+        #expect(page.envelopes.map(\.seq) == [2])
+        #expect(page.envelopes.first?.payload == Data("2".utf8))
+        #expect(page.headSeq == 3)
+        try await store.close()
+    }
+
+    @Test("a retried publish is stored once and answered with the original seq")
+    func idempotentRetry() async throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let store = try SQLiteRelayStore(url: directory.storeURL)
+        let first = try await store.append([request("group/a", "hello", key: "k1")], serverTimeMilliseconds: 1)
+        _ = try await store.append([request("group/a", "other")], serverTimeMilliseconds: 2)
+        let retry = try await store.append(
+            [request("group/a", "hello", key: "k1"), request("group/a", "same batch", key: "k2"),
+             request("group/a", "same batch", key: "k2")],
+            serverTimeMilliseconds: 3)
+        #expect(first[0].envelope.seq == 1 && !first[0].duplicate)
+        #expect(retry[0].duplicate && retry[0].envelope.seq == 1 && retry[0].envelope.serverTimeMs == 1)
+        #expect(!retry[1].duplicate && retry[1].envelope.seq == 3)
+        #expect(retry[2].duplicate && retry[2].envelope.seq == 3)
+        let all = try await store.fetch(topic: "group/a", after: 0, limit: 100, nowMilliseconds: 0)
+        #expect(all.envelopes.map(\.seq) == [1, 2, 3])
+        // The same key on another topic is another publish.
+        let elsewhere = try await store.append([request("group/b", "hello", key: "k1")], serverTimeMilliseconds: 4)
+        #expect(!elsewhere[0].duplicate)
+        try await store.close()
+    }
+
+    @Test("expired envelopes are pruned and their seqs are never reused")
+    func pruning() async throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let store = try SQLiteRelayStore(url: directory.storeURL)
+        _ = try await store.append(
+            [request("group/a", "short", expiresAt: 1_000), request("group/a", "forever"),
+             request("group/a", "later", expiresAt: 5_000), request("group/a", "short too", expiresAt: 1_500)],
+            serverTimeMilliseconds: 500)
+        // Expired but not yet pruned envelopes are not served.
+        let before = try await store.fetch(topic: "group/a", after: 0, limit: 10, nowMilliseconds: 2_000)
+        #expect(before.envelopes.map(\.seq) == [2, 3])
+        #expect(try await store.deleteExpired(nowMilliseconds: 2_000) == 2)
+        #expect(try await store.deleteExpired(nowMilliseconds: 2_000) == 0)
+        let after = try await store.fetch(topic: "group/a", after: 0, limit: 10, nowMilliseconds: 0)
+        #expect(after.envelopes.map(\.seq) == [2, 3])
+        #expect(after.headSeq == 4)
+        let next = try await store.append([request("group/a", "next")], serverTimeMilliseconds: 2_000)
+        #expect(next[0].envelope.seq == 5)
+        try await store.close()
+    }
+
+    @Test("the store survives a reopen")
+    func reopen() async throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let identity = Identity(displayName: "Ada")
+        do {
+            let store = try SQLiteRelayStore(url: directory.storeURL)
+            _ = try await store.append([request("group/a", "1", key: "k"), request("group/a", "2")], serverTimeMilliseconds: 1)
+            let bundle = identity.signedKeyBundle()
+            _ = try await store.putKeyBundle(
+                bundle, inboxID: identity.inboxID, signingPublicKey: identity.signingKey.publicKey.rawRepresentation,
+                createdAtMilliseconds: 10)
+            try await store.close()
+        }
+        let store = try SQLiteRelayStore(url: directory.storeURL)
+        let page = try await store.fetch(topic: "group/a", after: 0, limit: 10, nowMilliseconds: 0)
+        #expect(page.envelopes.map(\.payload) == [Data("1".utf8), Data("2".utf8)])
+        let retry = try await store.append([request("group/a", "1", key: "k"), request("group/a", "3")], serverTimeMilliseconds: 2)
+        #expect(retry.map(\.envelope.seq) == [1, 3])
+        #expect(retry.map(\.duplicate) == [true, false])
+        #expect(try await store.keyBundle(inboxID: identity.inboxID) == identity.signedKeyBundle())
+        try await store.close()
+    }
+
+    @Test("a key bundle is replaced only by one of the same key that is not older")
+    func keyBundles() async throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let store = try SQLiteRelayStore(url: directory.storeURL)
+        let identity = Identity(displayName: "Ada")
+        let key = identity.signingKey.publicKey.rawRepresentation
+        var first = WireSignedKeyBundle()
+        first.bundle = Data("first".utf8)
+        var second = WireSignedKeyBundle()
+        second.bundle = Data("second".utf8)
+        var older = WireSignedKeyBundle()
+        older.bundle = Data("older".utf8)
+
+        #expect(try await store.keyBundle(inboxID: identity.inboxID) == nil)
+        #expect(try await store.putKeyBundle(first, inboxID: identity.inboxID, signingPublicKey: key, createdAtMilliseconds: 10) == .stored)
+        #expect(try await store.putKeyBundle(second, inboxID: identity.inboxID, signingPublicKey: key, createdAtMilliseconds: 10) == .stored)
+        #expect(try await store.putKeyBundle(older, inboxID: identity.inboxID, signingPublicKey: key, createdAtMilliseconds: 9) == .stale(current: second))
+        await #expect(throws: RelayStoreError.signingKeyMismatch) {
+            try await store.putKeyBundle(first, inboxID: identity.inboxID, signingPublicKey: Data(count: 32), createdAtMilliseconds: 11)
+        }
+        #expect(try await store.keyBundle(inboxID: identity.inboxID) == second)
+        try await store.close()
+    }
+}

@@ -1,0 +1,118 @@
+import Foundation
+import Logging
+import RallyCrypto
+import RallyWire
+
+@testable import RallyRelay
+
+/// A fresh temporary directory, removed when the value is released by the
+/// test via `remove()`.
+struct TemporaryDirectory {
+    let url: URL
+
+    init() throws {
+        url = FileManager.default.temporaryDirectory.appendingPathComponent("rally-relay-tests-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+    }
+
+    var storeURL: URL { url.appendingPathComponent("relay.sqlite") }
+
+    func remove() {
+        try? FileManager.default.removeItem(at: url)
+    }
+}
+
+extension Logger {
+    static let quiet: Logger = {
+        var logger = Logger(label: "rally.relay.tests")
+        logger.logLevel = .critical
+        return logger
+    }()
+}
+
+func makeServices(
+    store: any RelayStore, clock: any RelayClock = SystemRelayClock(), limits: RelayLimits = .default
+) -> RelayServices {
+    RelayServices(store: store, clock: clock, limits: limits, metrics: RelayMetrics(), logger: .quiet)
+}
+
+/// Frames a session sent, read in arrival order; `take(where:)` skips over
+/// (and keeps) frames of other paths, since acks, replies and envelopes
+/// interleave freely.
+final class FrameInbox: Sendable {
+    let stream: AsyncStream<WireServerFrame>
+    let continuation: AsyncStream<WireServerFrame>.Continuation
+
+    init() {
+        (stream, continuation) = AsyncStream.makeStream(of: WireServerFrame.self)
+    }
+
+    var send: RelaySession.Send {
+        let continuation = continuation
+        return { frame in continuation.yield(frame) }
+    }
+}
+
+struct FrameReader {
+    private var iterator: AsyncStream<WireServerFrame>.AsyncIterator
+    private var pending: [WireServerFrame] = []
+
+    init(_ inbox: FrameInbox) {
+        iterator = inbox.stream.makeAsyncIterator()
+    }
+
+    mutating func take(where predicate: (WireServerFrame) -> Bool) async -> WireServerFrame? {
+        if let index = pending.firstIndex(where: predicate) { return pending.remove(at: index) }
+        while let frame = await iterator.next() {
+            if predicate(frame) { return frame }
+            pending.append(frame)
+        }
+        return nil
+    }
+
+    mutating func reply(to requestID: UInt64) async -> WireServerFrame? {
+        await take { $0.requestID == requestID && $0.body != nil && !$0.isPushedEnvelope }
+    }
+
+    mutating func envelope() async -> WireEnvelope? {
+        await take { $0.isPushedEnvelope }?.envelope
+    }
+}
+
+extension WireServerFrame {
+    var isPushedEnvelope: Bool {
+        if case .envelope = body { return true }
+        return false
+    }
+
+    var errorCode: WireErrorCode? {
+        if case .error(let error) = body { return error.code }
+        return nil
+    }
+}
+
+extension WireClientFrame {
+    static func make(_ requestID: UInt64, _ body: WireClientFrame.OneOf_Body) -> WireClientFrame {
+        var frame = WireClientFrame()
+        frame.requestID = requestID
+        frame.body = body
+        return frame
+    }
+
+    var bytes: Data { FrameCodec.encode(self) }
+}
+
+func publishBody(_ topic: String, _ payload: String, key: String = "", expiresAt: Int64 = 0) -> WirePublish {
+    var publish = WirePublish()
+    publish.topic = topic
+    publish.payload = Data(payload.utf8)
+    publish.idempotencyKey = Data(key.utf8)
+    publish.expiresAtMs = expiresAt
+    return publish
+}
+
+func request(_ topic: String, _ payload: String, key: String = "", expiresAt: Int64 = 0) -> PublishRequest {
+    PublishRequest(topic: topic, payload: Data(payload.utf8), idempotencyKey: Data(key.utf8), expiresAtMilliseconds: expiresAt)
+}
+
+let groupTopic = "group/" + String(repeating: "ab", count: 32)

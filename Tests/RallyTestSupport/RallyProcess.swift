@@ -1,0 +1,119 @@
+import Foundation
+
+/// The `rally` executable built alongside the tests, run as a real child
+/// process.
+public enum RallyBinary {
+    public static var url: URL {
+        if let override = ProcessInfo.processInfo.environment["RALLY_BINARY"] {
+            return URL(fileURLWithPath: override)
+        }
+        // The test runner lives in the products directory next to `rally`.
+        var candidates = [URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()]
+        let exe = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
+        candidates.append(exe.deletingLastPathComponent())
+        candidates.append(exe.deletingLastPathComponent().deletingLastPathComponent())
+        for directory in candidates {
+            let url = directory.appendingPathComponent("rally")
+            if FileManager.default.isExecutableFile(atPath: url.path) { return url }
+        }
+        return candidates[0].appendingPathComponent("rally")
+    }
+
+    public struct Result: Sendable {
+        public let status: Int32
+        public let stdout: String
+        public let stderr: String
+    }
+
+    /// Runs `rally ARGS…` to completion and captures its output.
+    public static func run(_ arguments: [String], environment: [String: String] = [:]) throws -> Result {
+        let process = Process()
+        process.executableURL = url
+        process.arguments = arguments
+        var env = ProcessInfo.processInfo.environment
+        for (key, value) in environment { env[key] = value }
+        process.environment = env
+        let out = Pipe()
+        let err = Pipe()
+        process.standardOutput = out
+        process.standardError = err
+        try process.run()
+        // Drain stderr on another thread while reading stdout, so a chatty
+        // child can never block on a full pipe.
+        let errBox = PipeDrain(err.fileHandleForReading)
+        let outData = out.fileHandleForReading.readDataToEndOfFile()
+        let errBytes = errBox.wait()
+        process.waitUntilExit()
+        return Result(
+            status: process.terminationStatus, stdout: String(decoding: outData, as: UTF8.self),
+            stderr: String(decoding: errBytes, as: UTF8.self))
+    }
+}
+
+/// `rally relay` as a child process, for tests that kill it.
+public final class RelayProcess: Sendable {
+    public let process: Process
+    public let url: URL
+    public let port: Int
+
+    private init(process: Process, url: URL, port: Int) {
+        self.process = process
+        self.url = url
+        self.port = port
+    }
+
+    /// Starts `rally relay --port PORT --data DIR` and waits for its
+    /// "listening on" line.
+    public static func start(dataDirectory: URL, port: Int = 0) throws -> RelayProcess {
+        let process = Process()
+        process.executableURL = RallyBinary.url
+        process.arguments = ["relay", "--port", String(port), "--data", dataDirectory.path, "--log-level", "error"]
+        let out = Pipe()
+        process.standardOutput = out
+        try process.run()
+        var buffer = Data()
+        while true {
+            let chunk = out.fileHandleForReading.availableData
+            guard !chunk.isEmpty else { throw RelayProcessError.exitedBeforeListening }
+            buffer.append(chunk)
+            let text = String(decoding: buffer, as: UTF8.self)
+            if let line = text.split(separator: "\n").first(where: { $0.contains("listening on ") }),
+                let word = line.split(separator: " ").first(where: { $0.hasPrefix("http://") }),
+                let url = URL(string: String(word)), let port = url.port
+            {
+                return RelayProcess(process: process, url: url, port: port)
+            }
+        }
+    }
+
+    public func kill(signal: Int32 = SIGKILL) {
+        Foundation.kill(process.processIdentifier, signal)
+        process.waitUntilExit()
+    }
+
+    public var terminationStatus: Int32 { process.terminationStatus }
+}
+
+public enum RelayProcessError: Error {
+    case exitedBeforeListening
+}
+
+/// Reads a pipe to its end on a background thread.
+final class PipeDrain: Sendable {
+    private let done = DispatchSemaphore(value: 0)
+    // Written once by the reading thread before `done` is signalled and
+    // read only after waiting on it: the semaphore orders the accesses.
+    nonisolated(unsafe) private var data = Data()
+
+    init(_ handle: FileHandle) {
+        Thread.detachNewThread { [self] in
+            data = handle.readDataToEndOfFile()
+            done.signal()
+        }
+    }
+
+    func wait() -> Data {
+        done.wait()
+        return data
+    }
+}

@@ -1,0 +1,35 @@
+import Foundation
+import Logging
+import RallyRelay
+
+/// A real relay in this process on a free loopback port, with its store in
+/// a temporary directory.
+public struct TestRelay: Sendable {
+    public let relay: RunningRelay
+    public let directory: TemporaryDirectory
+
+    public var url: URL { relay.url }
+
+    public static func start(limits: RelayLimits = .default) async throws -> TestRelay {
+        let directory = TemporaryDirectory("rally-relay")
+        var logger = Logger(label: "rally.test.relay")
+        logger.logLevel = .warning
+        let relay = try await RunningRelay.start(
+            configuration: RelayConfiguration(port: 0, dataDirectory: directory.path("data"), limits: limits),
+            logger: logger)
+        return TestRelay(relay: relay, directory: directory)
+    }
+
+    public func stop() async {
+        await relay.stop()
+        directory.remove()
+    }
+}
+
+public enum TestLogger {
+    public static var quiet: Logger {
+        var logger = Logger(label: "rally.test")
+        logger.logLevel = .warning
+        return logger
+    }
+}
