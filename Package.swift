@@ -93,7 +93,10 @@ let package = Package(
         ),
         .executableTarget(
             name: "rally",
-            dependencies: ["RallyCLI"],
+            dependencies: [
+                "RallyCLI",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
             swiftSettings: strict
         ),
         .target(

@@ -10,7 +10,7 @@ import ServiceLifecycle
 public final class RelayServer: Service, Sendable {
     public let configuration: RelayConfiguration
     private let logger: Logger
-    private let services: RelayServices
+    let services: RelayServices
     private let listening = ListeningSignal()
 
     public init(configuration: RelayConfiguration, logger: Logger, clock: some RelayClock = SystemRelayClock()) throws {

@@ -26,7 +26,8 @@ struct TokenBucket: Sendable {
         }
         guard ratePerSecond > 0 else { return .limited(retryAfterMilliseconds: UInt64(Int32.max)) }
         let missing = 1 - tokens
-        let waitMilliseconds = (missing / ratePerSecond * 1000).rounded(.up)
+        // The epsilon keeps floating-point dust from adding a millisecond.
+        let waitMilliseconds = (missing / ratePerSecond * 1000 - 1e-6).rounded(.up)
         return .limited(retryAfterMilliseconds: max(1, UInt64(waitMilliseconds)))
     }
 

@@ -31,7 +31,7 @@ public final class InboxViewModel {
             messages = try client.store.messages()
             errorMessage = nil
         } catch {
-            errorMessage = error.description
+            errorMessage = String(describing: error)
         }
     }
 

@@ -102,13 +102,15 @@ struct HostileInputTests {
 
         // A payload over the limit in a well-formed frame: refused, not stored.
         let large = try await RelayConnection.connect(to: relay.url, identity: nil, logger: TestLogger.quiet)
-        await #expect(throws: RelayClientError.refused(code: .payloadTooLarge, message: "")) {
+        do {
             _ = try await large.publish(
                 topic: topic, payload: Data(count: WireLimits.maxPayloadBytes + 1),
                 idempotencyKey: MessageSealing.newMessageID())
-        } matching: { error in
-            guard case .refused(code: .payloadTooLarge, _) = error as? RelayClientError else { return false }
-            return true
+            Issue.record("an oversized payload was accepted")
+        } catch .refused(let code, _) {
+            #expect(code == .payloadTooLarge)
+        } catch {
+            Issue.record("expected payload_too_large, got \(error)")
         }
         await large.close()
 

@@ -151,7 +151,6 @@ struct SessionTests {
         var publish = publishBody(groupTopic, "x")
         publish.idempotencyKey = Data(count: WireLimits.maxIdempotencyKeyBytes + 1)
         #expect(await harness.call(3, .publish(publish))?.errorCode == .invalidRequest)
-        #expect(await harness.call(4, WireClientFrame.OneOf_Body?.none.map { $0 } ?? .ping(WirePing()))?.pong != nil)
         #expect(await harness.session.handle(WireClientFrame()) == .keepOpen)
         #expect(await harness.reader.reply(to: 0)?.errorCode == .invalidRequest)
         #expect(try await harness.store.headSeq(topic: groupTopic) == 0)

@@ -1,3 +1,0 @@
-import RallyCLI
-
-await RallyCommand.main()
