@@ -85,6 +85,47 @@ struct CLITests {
         await relay.stop()
     }
 
+    @Test("dm read --follow prints each message as it arrives, as JSON lines")
+    func follow() async throws {
+        let relay = try await TestRelay.start()
+        let homes = TemporaryDirectory("rally-cli")
+        defer { homes.remove() }
+        let common = ["--relay", relay.url.absoluteString]
+        let bobNew = try RallyBinary.run(["id", "new", "--name", "Bob", "--json", "--home", homes.path("bob").path] + common)
+        let bob = try JSONDecoder().decode(IdentityJSON.self, from: Data(bobNew.stdout.utf8))
+        _ = try RallyBinary.run(["id", "new", "--name", "Alice", "--home", homes.path("alice").path] + common)
+
+        let follower = Process()
+        follower.executableURL = RallyBinary.url
+        follower.arguments = ["dm", "read", "--follow", "--json", "--home", homes.path("bob").path] + common
+        let out = Pipe()
+        follower.standardOutput = out
+        try follower.run()
+        defer {
+            follower.terminate()
+            follower.waitUntilExit()
+        }
+        var lines: [String] = []
+        var buffer = Data()
+        for text in ["first", "second"] {
+            let sent = try RallyBinary.run(["dm", "send", bob.inboxId, text, "--home", homes.path("alice").path] + common)
+            #expect(sent.status == 0, "\(sent.stderr)")
+            while lines.count < (text == "first" ? 1 : 2) {
+                let chunk = out.fileHandleForReading.availableData
+                if chunk.isEmpty { break }
+                buffer.append(chunk)
+                while let newline = buffer.firstIndex(of: 0x0A) {
+                    lines.append(String(decoding: buffer[buffer.startIndex..<newline], as: UTF8.self))
+                    buffer = Data(buffer[buffer.index(after: newline)...])
+                }
+            }
+        }
+        let messages = try lines.map { try JSONDecoder().decode(MessageJSON.self, from: Data($0.utf8)) }
+        #expect(messages.map(\.text) == ["first", "second"])
+        #expect(messages.allSatisfy { $0.senderName == "Alice" && $0.direction == "in" })
+        await relay.stop()
+    }
+
     @Test("rally demo runs an embedded relay and shows two users exchanging messages")
     func demo() throws {
         let result = try RallyBinary.run(["demo"])

@@ -103,6 +103,70 @@ struct DirectMessageTests {
         await relay.stop()
     }
 
+    /// A content type only the sender knows, as a newer client would send.
+    struct PollCodec: ContentCodec {
+        var contentType: ContentTypeID { ContentTypeID(authority: "example.com", type: "poll", major: 2, minor: 0) }
+        func encode(_ value: String) throws(ContentError) -> WireEncodedContent {
+            var content = WireEncodedContent()
+            content.type = contentType.wire
+            content.content = Data(value.utf8)
+            return content
+        }
+        func decode(_ content: WireEncodedContent) throws(ContentError) -> String {
+            String(decoding: content.content, as: UTF8.self)
+        }
+        func fallback(for value: String) -> String? { "Poll: \(value) (update Rally to vote)" }
+        func shouldPush(_ value: String) -> Bool { true }
+        func summary(of value: String) -> String { value }
+    }
+
+    @Test("A message of an unknown content type is kept and shown by its fallback text")
+    func unknownContentType() async throws {
+        let relay = try await TestRelay.start()
+        let homes = TemporaryDirectory("rally-homes")
+        defer { homes.remove() }
+        var newer = CodecRegistry.standard
+        newer.register(PollCodec())
+        let alice = try await RallyClient.create(
+            home: homes.path("alice"), relayURL: relay.url, displayName: "Alice", codecs: newer,
+            logger: TestLogger.quiet)
+        let bob = try await RallyClient.create(
+            home: homes.path("bob"), relayURL: relay.url, displayName: "Bob", logger: TestLogger.quiet)
+
+        _ = try await alice.send("Lunch?", codec: PollCodec(), to: bob.inboxID)
+        let received = try #require(try await bob.syncInbox().received.first)
+        #expect(received.displayText == "Poll: Lunch? (update Rally to vote)")
+        #expect(!received.isKnownType)
+        #expect(received.contentType == "example.com/poll:2.0")
+        // The whole content is kept, so a later version can still decode it.
+        let kept = try WireEncodedContent(serializedBytes: received.encodedContent)
+        #expect(try PollCodec().decode(kept) == "Lunch?")
+        await alice.disconnect()
+        await bob.disconnect()
+        await relay.stop()
+    }
+
+    @Test("Long text is compressed on the wire and arrives intact")
+    func compressedText() async throws {
+        let relay = try await TestRelay.start()
+        let homes = TemporaryDirectory("rally-homes")
+        defer { homes.remove() }
+        let alice = try await RallyClient.create(
+            home: homes.path("alice"), relayURL: relay.url, displayName: "Alice", logger: TestLogger.quiet)
+        let bob = try await RallyClient.create(
+            home: homes.path("bob"), relayURL: relay.url, displayName: "Bob", logger: TestLogger.quiet)
+        let long = String(repeating: "all work and no play makes a long message. ", count: 2000)
+        let sent = try await alice.sendText(long, to: bob.inboxID)
+        let wire = try WireEncodedContent(serializedBytes: sent.encodedContent)
+        #expect(wire.hasCompression && wire.compression == .deflate)
+        #expect(wire.content.count < long.utf8.count / 10)
+        let received = try #require(try await bob.syncInbox().received.first)
+        #expect(received.displayText == long)
+        await alice.disconnect()
+        await bob.disconnect()
+        await relay.stop()
+    }
+
     @Test("Sending to an inbox with no published key bundle says so")
     func unknownRecipient() async throws {
         let relay = try await TestRelay.start()
