@@ -21,7 +21,7 @@ public actor RallyClient {
     public nonisolated let store: LocalStore
     public nonisolated let relayURL: URL
     public nonisolated let codecs: CodecRegistry
-    private let logger: Logger
+    let logger: Logger
     private var connection: RelayConnection?
 
     public nonisolated var inboxID: InboxID { identity.inboxID }
@@ -102,7 +102,7 @@ public actor RallyClient {
 
     /// Runs `operation` on a connection, reconnecting and retrying on
     /// transient failures. Only for idempotent operations.
-    private func withRetries<T: Sendable>(
+    func withRetries<T: Sendable>(
         _ what: String, _ operation: (RelayConnection) async throws(RelayClientError) -> T
     ) async throws(RallyClientError) -> T {
         var lastError = RelayClientError.disconnected("no attempt made")
@@ -127,7 +127,7 @@ public actor RallyClient {
         throw .relay(lastError)
     }
 
-    private func backoff(_ attempt: Int, what: String, error: RelayClientError) async {
+    func backoff(_ attempt: Int, what: String, error: RelayClientError) async {
         logger.info("retrying \(what) after: \(error)")
         guard attempt < Self.publishAttempts else { return }
         let base = 0.1 * Double(1 << min(attempt, 6))
@@ -251,6 +251,22 @@ public actor RallyClient {
     ) async throws(RallyClientError) {
         let processor = InboxProcessor(identity: identity, codecs: codecs)
         let topic = inboxTopic
+        try await followTopic(topic, untilCaughtUp: untilCaughtUp) { envelope throws(RallyClientError) in
+            try await self.ingest(envelope, topic: topic, processor: processor, handler: handler)
+        } caughtUp: {
+            await handler(.caughtUp)
+        }
+    }
+
+    /// Subscribes to a topic from its stored cursor and hands each envelope
+    /// to `process` in seq order. With `untilCaughtUp`, returns once the
+    /// backlog is processed; otherwise follows live until cancelled,
+    /// reconnecting (and resubscribing from the cursor) after drops.
+    func followTopic(
+        _ topic: TopicName, untilCaughtUp: Bool,
+        process: (WireEnvelope) async throws(RallyClientError) -> Void,
+        caughtUp: () async -> Void = {}
+    ) async throws(RallyClientError) {
         var attempt = 0
         while !Task.isCancelled {
             let connection: RelayConnection
@@ -258,7 +274,7 @@ public actor RallyClient {
                 connection = try await connected()
             } catch .relay(let error) where !untilCaughtUp && error.isTransient {
                 attempt += 1
-                await backoff(min(attempt, Self.publishAttempts - 1), what: "inbox subscription", error: error)
+                await backoff(min(attempt, Self.publishAttempts - 1), what: "subscription to \(topic)", error: error)
                 continue
             }
             let cursor: UInt64
@@ -273,9 +289,12 @@ public actor RallyClient {
                     attempt = 0
                     switch event {
                     case .envelope(let envelope):
-                        try await ingest(envelope, topic: topic, processor: processor, handler: handler)
+                        // Anything at or below the cursor was handled
+                        // already (a backlog overlapping a reconnect).
+                        guard envelope.seq > (try store.cursor(for: topic)) else { continue }
+                        try await process(envelope)
                     case .caughtUp:
-                        await handler(.caughtUp)
+                        await caughtUp()
                         if untilCaughtUp {
                             await connection.unsubscribe(topic: topic)
                             return
@@ -285,11 +304,13 @@ public actor RallyClient {
                 if untilCaughtUp { throw RallyClientError.relay(.disconnected("subscription ended")) }
             } catch let error as RallyClientError {
                 throw error
+            } catch let error as LocalStoreError {
+                throw .store(error)
             } catch let error as RelayClientError {
                 guard error.isTransient, !untilCaughtUp else { throw .relay(error) }
                 await disconnect()
                 attempt += 1
-                await backoff(min(attempt, Self.publishAttempts - 1), what: "inbox subscription", error: error)
+                await backoff(min(attempt, Self.publishAttempts - 1), what: "subscription to \(topic)", error: error)
             } catch {
                 throw .relay(.disconnected("\(error)"))
             }
@@ -300,14 +321,15 @@ public actor RallyClient {
         _ envelope: WireEnvelope, topic: TopicName, processor: InboxProcessor,
         handler: @Sendable (InboxEvent) async -> Void
     ) async throws(RallyClientError) {
-        // The relay delivers each topic in seq order; anything at or below
-        // the cursor was already handled (e.g. a backlog overlapping a
-        // reconnect).
         do {
-            guard envelope.seq > (try store.cursor(for: topic)) else { return }
             switch processor.process(envelope, receivedAt: Date()) {
             case .success(let message):
-                let isNew = try store.ingest(topic: topic, seq: envelope.seq, message: message)
+                let isNew: Bool
+                if let welcome = GroupWelcomeCodec.welcome(in: message, codecs: codecs) {
+                    isNew = try acceptWelcome(welcome, message: message, topic: topic, seq: envelope.seq)
+                } else {
+                    isNew = try store.ingest(topic: topic, seq: envelope.seq, message: message)
+                }
                 if isNew { await handler(.message(message)) }
             case .failure(let rejection):
                 logger.warning("\(rejection)")

@@ -9,6 +9,7 @@ public enum RallyClientError: Error, Equatable, Sendable, CustomStringConvertibl
     case relay(RelayClientError)
     case store(LocalStoreError)
     case content(ContentError)
+    case group(GroupClientError)
 
     public var description: String {
         switch self {
@@ -23,6 +24,7 @@ public enum RallyClientError: Error, Equatable, Sendable, CustomStringConvertibl
         case .relay(let error): error.description
         case .store(let error): error.description
         case .content(let error): error.description
+        case .group(let error): error.description
         }
     }
 }

@@ -24,6 +24,7 @@ public struct CodecRegistry: Sendable {
     public static let standard: CodecRegistry = {
         var registry = CodecRegistry()
         registry.register(TextCodec())
+        registry.register(GroupWelcomeCodec())
         return registry
     }()
 

@@ -71,6 +71,7 @@ public final class LocalStore: Sendable {
             }
             try db.create(index: "message_by_conversation", on: "message", columns: ["conversation", "local_order"])
         }
+        registerGroupMigrations(&migrator)
         return migrator
     }
 
@@ -178,7 +179,7 @@ public final class LocalStore: Sendable {
         try write { db in try Self.insert(message, db: db) }
     }
 
-    private static func insert(_ message: StoredMessage, db: Database) throws -> Bool {
+    static func insert(_ message: StoredMessage, db: Database) throws -> Bool {
         let nextOrder = (try Int64.fetchOne(db, sql: "SELECT MAX(local_order) FROM message") ?? 0) + 1
         try db.execute(
             sql: """
@@ -217,7 +218,7 @@ public final class LocalStore: Sendable {
 
     // MARK: Plumbing
 
-    private func read<T>(_ body: (Database) throws -> T) throws(LocalStoreError) -> T {
+    func read<T>(_ body: (Database) throws -> T) throws(LocalStoreError) -> T {
         do {
             return try queue.read(body)
         } catch let error as LocalStoreError {
@@ -227,7 +228,7 @@ public final class LocalStore: Sendable {
         }
     }
 
-    private func write<T>(_ body: (Database) throws -> T) throws(LocalStoreError) -> T {
+    func write<T>(_ body: (Database) throws -> T) throws(LocalStoreError) -> T {
         do {
             return try queue.write(body)
         } catch let error as LocalStoreError {

@@ -1,0 +1,234 @@
+import Foundation
+import RallyCrypto
+import RallyWire
+
+/// Why a commit was not applied. Every member rejects the same commits for
+/// the same reasons, so these are also what an author's client sees when
+/// its commit lost a race.
+public enum GroupRejection: Error, Sendable, Equatable, CustomStringConvertible {
+    case wrongGroup
+    case notCreated
+    case alreadyCreated
+    case staleEpoch(commit: UInt64, current: UInt64)
+    case notAMember(InboxID)
+    case authorKeysChanged(InboxID)
+    case insufficientRole(needed: GroupRole, actual: GroupRole)
+    case targetOutranksAuthor(InboxID)
+    case alreadyMember(InboxID)
+    case notAMemberTarget(InboxID)
+    case cannotTargetSelf
+    case invalidRole
+    case invalidTarget(String)
+    case lastOwner
+    case rekeyPending
+    case missingEpochKeys
+    case epochKeysMismatch
+    case unexpectedEpochKeys
+    case emptyAction
+    case invalidProfile(String)
+
+    public var description: String {
+        switch self {
+        case .wrongGroup: "commit is for another group"
+        case .notCreated: "the group has not been created yet"
+        case .alreadyCreated: "the group already exists"
+        case .staleEpoch(let commit, let current): "commit builds on epoch \(commit), the group is at \(current)"
+        case .notAMember(let inbox): "\(inbox) is not a member of the group"
+        case .authorKeysChanged(let inbox): "\(inbox) signed with keys that are not the member's"
+        case .insufficientRole(let needed, let actual): "needs role \(needed), author is \(actual)"
+        case .targetOutranksAuthor(let inbox): "\(inbox) has a higher role than the author"
+        case .alreadyMember(let inbox): "\(inbox) is already a member"
+        case .notAMemberTarget(let inbox): "\(inbox) is not a member"
+        case .cannotTargetSelf: "use leave to leave a group"
+        case .invalidRole: "unknown role"
+        case .invalidTarget(let reason): "invalid target: \(reason)"
+        case .lastOwner: "the last owner cannot leave while others remain; make someone else owner first"
+        case .rekeyPending: "the epoch key must be replaced first (someone left)"
+        case .missingEpochKeys: "someone loses access, so the commit must carry a fresh epoch key"
+        case .epochKeysMismatch: "the fresh epoch key must be sealed to exactly the remaining members"
+        case .unexpectedEpochKeys: "this commit may not replace the epoch key"
+        case .emptyAction: "commit has no action this client understands"
+        case .invalidProfile(let reason): "invalid profile: \(reason)"
+        }
+    }
+}
+
+/// A commit whose signature has been checked; `author` comes from the
+/// signed bytes.
+public struct VerifiedGroupCommit: Sendable, Equatable {
+    public let commit: WireGroupCommit
+    public let author: PublicIdentity
+
+    public static let signingDomain = Data("rally-group-commit-v1".utf8)
+
+    public static func verify(_ signed: WireSignedGroupCommit) throws(RallyCryptoError) -> VerifiedGroupCommit {
+        let commit: WireGroupCommit
+        do {
+            commit = try FrameCodec.decode(WireGroupCommit.self, from: signed.commit, limit: WireLimits.maxPayloadBytes)
+        } catch {
+            throw .malformed("group commit")
+        }
+        let author = try PublicIdentity(wire: commit.author)
+        guard author.signingKey.isValidSignature(signed.signature, for: signingDomain + signed.commit) else {
+            throw .invalidSignature("group commit by \(author.inboxID)")
+        }
+        guard commit.commitID.count == 16 else { throw .malformed("group commit id") }
+        return VerifiedGroupCommit(commit: commit, author: author)
+    }
+
+    public static func sign(_ commit: WireGroupCommit, by identity: Identity) -> WireSignedGroupCommit {
+        let bytes = FrameCodec.encode(commit)
+        var signed = WireSignedGroupCommit()
+        signed.commit = bytes
+        signed.signature = (try? identity.signingKey.signature(for: signingDomain + bytes)) ?? Data()
+        return signed
+    }
+}
+
+/// The rules: whether a commit is valid against a state, and what it
+/// changes. Pure functions of (commit, state).
+enum GroupRules {
+    enum Mutation: Equatable {
+        case create(GroupProfile)
+        case add(PublicIdentity, GroupRole)
+        case remove(InboxID)
+        case setRole(InboxID, GroupRole)
+        case leave(InboxID)
+        case setProfile(GroupProfile)
+        case rekey
+    }
+
+    struct Change {
+        let mutation: Mutation
+        /// Whether the commit replaces the epoch key.
+        let rekeys: Bool
+        let effects: [GroupEffect]
+    }
+
+    static let maxNameBytes = 256
+    static let maxDescriptionBytes = 2048
+
+    static func check(_ event: VerifiedGroupCommit, against state: GroupState) -> Result<Change, GroupRejection> {
+        let commit = event.commit
+        let author = event.author
+        guard commit.groupID == state.groupID else { return .failure(.wrongGroup) }
+
+        if case .create(let create)? = commit.action {
+            guard !state.isCreated else { return .failure(.alreadyCreated) }
+            guard commit.epoch == 0 else { return .failure(.staleEpoch(commit: commit.epoch, current: 0)) }
+            let profile = GroupProfile(wire: create.profile)
+            if let problem = profileProblem(profile) { return .failure(.invalidProfile(problem)) }
+            guard commit.epochKeys.isEmpty else { return .failure(.unexpectedEpochKeys) }
+            return .success(Change(mutation: .create(profile), rekeys: false, effects: [.created]))
+        }
+        guard state.isCreated else { return .failure(.notCreated) }
+        guard commit.epoch == state.epoch else {
+            return .failure(.staleEpoch(commit: commit.epoch, current: state.epoch))
+        }
+        guard let authorMember = state.members[author.inboxID] else { return .failure(.notAMember(author.inboxID)) }
+        guard authorMember.identity == author else { return .failure(.authorKeysChanged(author.inboxID)) }
+        let actor = authorMember.role
+
+        func require(_ needed: GroupRole) -> GroupRejection? {
+            actor >= needed ? nil : .insufficientRole(needed: needed, actual: actor)
+        }
+        func target(_ text: String) -> Result<GroupMember, GroupRejection> {
+            guard let inbox = try? InboxID(validating: text) else { return .failure(.invalidTarget(text)) }
+            guard inbox != author.inboxID else { return .failure(.cannotTargetSelf) }
+            guard let member = state.members[inbox] else { return .failure(.notAMemberTarget(inbox)) }
+            guard member.role <= actor else { return .failure(.targetOutranksAuthor(inbox)) }
+            return .success(member)
+        }
+        func keysFor(remaining: Set<InboxID>) -> GroupRejection? {
+            guard !commit.epochKeys.isEmpty, commit.epochKeyCommitment.count == 32 else { return .missingEpochKeys }
+            let sealedTo = commit.epochKeys.compactMap { try? InboxID(validating: $0.inboxID) }
+            guard sealedTo.count == commit.epochKeys.count, Set(sealedTo) == remaining,
+                sealedTo.count == remaining.count
+            else { return .epochKeysMismatch }
+            return nil
+        }
+        let noKeys: GroupRejection? = commit.epochKeys.isEmpty ? nil : .unexpectedEpochKeys
+
+        switch commit.action {
+        case .addMember(let add)?:
+            if let problem = require(.admin) ?? noKeys { return .failure(problem) }
+            guard !state.needsRekey else { return .failure(.rekeyPending) }
+            guard let role = GroupRole(wire: add.role) else { return .failure(.invalidRole) }
+            guard role <= actor else { return .failure(.insufficientRole(needed: role, actual: actor)) }
+            let identity: PublicIdentity
+            do {
+                identity = try PublicIdentity(wire: add.member)
+            } catch {
+                return .failure(.invalidTarget(error.description))
+            }
+            guard state.members[identity.inboxID] == nil else { return .failure(.alreadyMember(identity.inboxID)) }
+            return .success(
+                Change(mutation: .add(identity, role), rekeys: false, effects: [.memberAdded(identity.inboxID, role)]))
+
+        case .removeMember(let remove)?:
+            if let problem = require(.admin) { return .failure(problem) }
+            let member: GroupMember
+            switch target(remove.inboxID) {
+            case .failure(let rejection): return .failure(rejection)
+            case .success(let found): member = found
+            }
+            var remaining = Set(state.members.keys)
+            remaining.remove(member.inboxID)
+            if let problem = keysFor(remaining: remaining) { return .failure(problem) }
+            return .success(
+                Change(mutation: .remove(member.inboxID), rekeys: true, effects: [.memberRemoved(member.inboxID)]))
+
+        case .changeRole(let change)?:
+            if let problem = require(.admin) ?? noKeys { return .failure(problem) }
+            guard let role = GroupRole(wire: change.role) else { return .failure(.invalidRole) }
+            guard role <= actor else { return .failure(.insufficientRole(needed: role, actual: actor)) }
+            switch target(change.inboxID) {
+            case .failure(let rejection):
+                return .failure(rejection)
+            case .success(let member):
+                if member.role == .owner, role != .owner, !hasAnotherOwner(besides: member.inboxID, in: state) {
+                    return .failure(.lastOwner)
+                }
+                return .success(
+                    Change(
+                        mutation: .setRole(member.inboxID, role), rekeys: false,
+                        effects: [.roleChanged(member.inboxID, role)]))
+            }
+
+        case .leave?:
+            if let problem = noKeys { return .failure(problem) }
+            if actor == .owner, state.members.count > 1, !hasAnotherOwner(besides: author.inboxID, in: state) {
+                return .failure(.lastOwner)
+            }
+            return .success(
+                Change(mutation: .leave(author.inboxID), rekeys: false, effects: [.memberLeft(author.inboxID)]))
+
+        case .updateProfile(let update)?:
+            if let problem = require(.owner) ?? noKeys { return .failure(problem) }
+            let profile = GroupProfile(wire: update.profile)
+            if let problem = profileProblem(profile) { return .failure(.invalidProfile(problem)) }
+            return .success(Change(mutation: .setProfile(profile), rekeys: false, effects: [.profileChanged]))
+
+        case .rekey?:
+            if !state.needsRekey, let problem = require(.admin) { return .failure(problem) }
+            if let problem = keysFor(remaining: Set(state.members.keys)) { return .failure(problem) }
+            return .success(Change(mutation: .rekey, rekeys: true, effects: []))
+
+        case .create?, nil:
+            return .failure(.emptyAction)
+        }
+    }
+
+    static func hasAnotherOwner(besides inbox: InboxID, in state: GroupState) -> Bool {
+        state.members.values.contains { $0.role == .owner && $0.inboxID != inbox }
+    }
+
+    static func profileProblem(_ profile: GroupProfile) -> String? {
+        if profile.name.isEmpty { return "the name is empty" }
+        if profile.name.utf8.count > maxNameBytes { return "the name is longer than \(maxNameBytes) bytes" }
+        if profile.description.utf8.count > maxDescriptionBytes {
+            return "the description is longer than \(maxDescriptionBytes) bytes"
+        }
+        return nil
+    }
+}

@@ -1,0 +1,183 @@
+import Foundation
+import RallyCrypto
+import RallyWire
+
+public struct GroupMember: Sendable, Equatable {
+    public let identity: PublicIdentity
+    public var role: GroupRole
+    public let addedBy: InboxID?
+
+    public var inboxID: InboxID { identity.inboxID }
+}
+
+/// A group as every member computes it from the log: a value, changed only
+/// by `apply`, identical for all honest members that applied the same log.
+public struct GroupState: Sendable, Equatable {
+    public let groupID: String
+    /// Advances by one with every applied commit.
+    public private(set) var epoch: UInt64 = 0
+    public private(set) var profile = GroupProfile(name: "", description: "")
+    public private(set) var members: [InboxID: GroupMember] = [:]
+    /// Set by a leave: the leaver knows the current key, so the next commit
+    /// must replace it.
+    public private(set) var needsRekey = false
+    public private(set) var isCreated = false
+    public private(set) var lastCommitID = Data()
+    /// Every applied commit id, so a commit seen twice (a republished
+    /// retry) is applied once.
+    public private(set) var appliedCommitIDs: Set<Data> = []
+
+    public init(groupID: String) {
+        self.groupID = groupID
+    }
+
+    /// Members sorted by role (highest first), then inbox id: the order
+    /// every listing uses.
+    public var sortedMembers: [GroupMember] {
+        members.values.sorted { ($0.role, $1.inboxID) > ($1.role, $0.inboxID) }
+    }
+
+    public func role(of inbox: InboxID) -> GroupRole? { members[inbox]?.role }
+
+    /// Applies one verified commit at its position in the log. Invalid
+    /// commits change nothing and say why; every member rejects the same
+    /// commits for the same reasons.
+    public mutating func apply(_ event: VerifiedGroupCommit) -> GroupOutcome {
+        let commit = event.commit
+        if appliedCommitIDs.contains(commit.commitID) { return .duplicate }
+        switch GroupRules.check(event, against: self) {
+        case .failure(let rejection):
+            return .rejected(rejection)
+        case .success(let change):
+            var effects = change.effects
+            mutate(with: change, author: event.author)
+            epoch += 1
+            lastCommitID = commit.commitID
+            appliedCommitIDs.insert(commit.commitID)
+            effects.append(
+                .epochAdvanced(
+                    epoch: epoch, commitID: commit.commitID,
+                    freshKey: change.rekeys
+                        ? FreshEpochKey(sealed: commit.epochKeys, commitment: commit.epochKeyCommitment) : nil))
+            return .applied(effects)
+        }
+    }
+
+    private mutating func mutate(with change: GroupRules.Change, author: PublicIdentity) {
+        switch change.mutation {
+        case .create(let profile):
+            isCreated = true
+            self.profile = profile
+            members[author.inboxID] = GroupMember(identity: author, role: .owner, addedBy: nil)
+        case .add(let identity, let role):
+            members[identity.inboxID] = GroupMember(identity: identity, role: role, addedBy: author.inboxID)
+        case .remove(let inbox):
+            members[inbox] = nil
+        case .setRole(let inbox, let role):
+            members[inbox]?.role = role
+        case .leave(let inbox):
+            members[inbox] = nil
+        case .setProfile(let profile):
+            self.profile = profile
+        case .rekey:
+            break
+        }
+        if change.rekeys { needsRekey = false }
+        if case .leave = change.mutation { needsRekey = !members.isEmpty }
+    }
+
+    /// Restores a state from a snapshot (a welcome). The snapshot is trusted
+    /// as far as the member who sent it is: the newcomer cannot replay the
+    /// history before it.
+    public init(snapshot: WireGroupSnapshot) throws(GroupSnapshotError) {
+        self.groupID = snapshot.groupID
+        self.epoch = snapshot.epoch
+        self.profile = GroupProfile(wire: snapshot.profile)
+        self.needsRekey = snapshot.needsRekey
+        self.isCreated = true
+        self.lastCommitID = snapshot.lastCommitID
+        self.appliedCommitIDs = Set(snapshot.appliedCommitIds)
+        for record in snapshot.members {
+            let identity: PublicIdentity
+            do {
+                identity = try PublicIdentity(wire: record.identity)
+            } catch {
+                throw .invalidMember(error.description)
+            }
+            guard let role = GroupRole(wire: record.role) else { throw .invalidMember("unknown role") }
+            let addedBy = record.addedBy.isEmpty ? nil : try? InboxID(validating: record.addedBy)
+            members[identity.inboxID] = GroupMember(identity: identity, role: role, addedBy: addedBy)
+        }
+        guard members.values.contains(where: { $0.role == .owner }) || members.isEmpty else {
+            throw .invalidMember("no owner")
+        }
+    }
+
+    public var snapshot: WireGroupSnapshot {
+        var snapshot = WireGroupSnapshot()
+        snapshot.groupID = groupID
+        snapshot.epoch = epoch
+        snapshot.profile = profile.wire
+        snapshot.needsRekey = needsRekey
+        snapshot.lastCommitID = lastCommitID
+        snapshot.appliedCommitIds = appliedCommitIDs.sorted { $0.lexicographicallyPrecedes($1) }
+        snapshot.members = sortedMembers.map { member in
+            var record = WireGroupMemberRecord()
+            record.identity = member.identity.wireBundle
+            record.role = member.role.wire
+            record.addedBy = member.addedBy?.rawValue ?? ""
+            return record
+        }
+        return snapshot
+    }
+}
+
+public struct GroupProfile: Sendable, Equatable, Codable {
+    public var name: String
+    public var description: String
+
+    public init(name: String, description: String) {
+        self.name = name
+        self.description = description
+    }
+
+    init(wire: WireGroupProfile) {
+        self.init(name: wire.name, description: wire.description_p)
+    }
+
+    var wire: WireGroupProfile {
+        var profile = WireGroupProfile()
+        profile.name = name
+        profile.description_p = description
+        return profile
+    }
+}
+
+public enum GroupSnapshotError: Error, Equatable, Sendable {
+    case invalidMember(String)
+}
+
+/// A fresh epoch key as a commit carries it: sealed to each remaining member.
+public struct FreshEpochKey: Sendable, Equatable {
+    public let sealed: [WireSealedEpochKey]
+    public let commitment: Data
+}
+
+public enum GroupEffect: Sendable, Equatable {
+    case created
+    case memberAdded(InboxID, GroupRole)
+    case memberRemoved(InboxID)
+    case memberLeft(InboxID)
+    case roleChanged(InboxID, GroupRole)
+    case profileChanged
+    /// The epoch moved on; with `freshKey` the key was replaced, otherwise
+    /// the next key derives from the previous one.
+    case epochAdvanced(epoch: UInt64, commitID: Data, freshKey: FreshEpochKey?)
+}
+
+public enum GroupOutcome: Sendable, Equatable {
+    case applied([GroupEffect])
+    case rejected(GroupRejection)
+    /// The commit was applied before (same commit id).
+    case duplicate
+}

@@ -1,0 +1,44 @@
+import Foundation
+import RallyWire
+
+/// `rally.dev/group_welcome:1.0`: what a new member receives by direct
+/// message from the member who added them.
+public struct GroupWelcomeCodec: ContentCodec {
+    public static let contentType = ContentTypeID(authority: "rally.dev", type: "group_welcome", major: 1, minor: 0)
+    public var contentType: ContentTypeID { Self.contentType }
+
+    public init() {}
+
+    public func encode(_ value: WireGroupWelcome) throws(ContentError) -> WireEncodedContent {
+        var content = WireEncodedContent()
+        content.type = contentType.wire
+        content.content = FrameCodec.encode(value)
+        return content
+    }
+
+    public func decode(_ content: WireEncodedContent) throws(ContentError) -> WireGroupWelcome {
+        do {
+            return try FrameCodec.decode(WireGroupWelcome.self, from: content.content, limit: WireLimits.maxPayloadBytes)
+        } catch {
+            throw .malformed(contentType: contentType.description, reason: error.description)
+        }
+    }
+
+    public func fallback(for value: WireGroupWelcome) -> String? {
+        "You were added to the group \"\(value.snapshot.profile.name)\"; update Rally to open it."
+    }
+
+    public func shouldPush(_ value: WireGroupWelcome) -> Bool { true }
+
+    public func summary(of value: WireGroupWelcome) -> String {
+        "added you to the group \"\(value.snapshot.profile.name)\" (\(value.groupID))"
+    }
+
+    /// The welcome carried by a stored message, if it is one.
+    static func welcome(in message: StoredMessage, codecs: CodecRegistry) -> WireGroupWelcome? {
+        guard message.contentType == contentType.description,
+            let content = try? WireEncodedContent(serializedBytes: message.encodedContent)
+        else { return nil }
+        return codecs.decode(content).value as? WireGroupWelcome
+    }
+}

@@ -1,0 +1,175 @@
+import Crypto
+import Foundation
+import GRDB
+import RallyCrypto
+import RallyWire
+
+/// A group as this client knows it.
+public struct GroupRecord: Sendable, Equatable {
+    public enum Status: String, Sendable, Codable {
+        /// Created locally; the create commit is not applied yet.
+        case creating
+        case active
+        case removed
+        case left
+    }
+
+    public let groupID: String
+    public let topicID: String
+    public var state: GroupState
+    public var status: Status
+
+    public var topic: TopicName {
+        // Topic ids are 64 lowercase hex digits, always a valid topic id.
+        try! TopicName.group(topicID)
+    }
+}
+
+extension LocalStore {
+    static func registerGroupMigrations(_ migrator: inout DatabaseMigrator) {
+        migrator.registerMigration("v2-groups") { db in
+            try db.create(table: "group_info") { table in
+                table.column("group_id", .text).primaryKey()
+                table.column("topic_id", .text).notNull().unique()
+                table.column("snapshot", .blob).notNull()
+                table.column("status", .text).notNull()
+                table.column("created_at_ms", .integer).notNull()
+            }
+            try db.create(table: "epoch_key") { table in
+                table.column("group_id", .text).notNull()
+                table.column("epoch", .integer).notNull()
+                table.column("key", .blob).notNull()
+                table.primaryKey(["group_id", "epoch"])
+            }
+        }
+    }
+
+    public func saveNewGroup(_ record: GroupRecord, epochKey: (UInt64, SymmetricKey)?, cursor: UInt64)
+        throws(LocalStoreError)
+    {
+        try write { db in
+            try db.execute(
+                sql: """
+                    INSERT INTO group_info (group_id, topic_id, snapshot, status, created_at_ms)
+                    VALUES (?, ?, ?, ?, ?)
+                    ON CONFLICT(group_id) DO NOTHING
+                    """,
+                arguments: [
+                    record.groupID, record.topicID, FrameCodec.encode(record.state.snapshot), record.status.rawValue,
+                    Self.millis(Date()),
+                ])
+            guard db.changesCount > 0 else { throw LocalStoreError.failed("group \(record.groupID) exists") }
+            if let (epoch, key) = epochKey {
+                try Self.insertKey(key, epoch: epoch, group: record.groupID, db: db)
+            }
+            try Self.setCursor(record.topic, seq: cursor, db: db)
+        }
+    }
+
+    public func group(_ groupID: String) throws(LocalStoreError) -> GroupRecord? {
+        try read { db in
+            try Row.fetchOne(db, sql: "SELECT * FROM group_info WHERE group_id = ?", arguments: [groupID])
+                .map(Self.groupRecord(row:))
+        }
+    }
+
+    /// Finds a group by id or by an unambiguous prefix of it, or by name.
+    public func findGroup(_ reference: String) throws(LocalStoreError) -> [GroupRecord] {
+        let all = try groups()
+        if let exact = all.first(where: { $0.groupID == reference }) { return [exact] }
+        let byPrefix = all.filter { $0.groupID.hasPrefix(reference.lowercased()) }
+        if !byPrefix.isEmpty { return byPrefix }
+        return all.filter { $0.state.profile.name == reference }
+    }
+
+    public func groups() throws(LocalStoreError) -> [GroupRecord] {
+        try read { db in
+            try Row.fetchAll(db, sql: "SELECT * FROM group_info ORDER BY created_at_ms, group_id")
+                .map(Self.groupRecord(row:))
+        }
+    }
+
+    public func epochKey(group: String, epoch: UInt64) throws(LocalStoreError) -> SymmetricKey? {
+        try read { db in
+            try Data.fetchOne(
+                db, sql: "SELECT key FROM epoch_key WHERE group_id = ? AND epoch = ?",
+                arguments: [group, Int64(epoch)]
+            ).map { SymmetricKey(data: $0) }
+        }
+    }
+
+    /// Stores the outcome of one group log entry atomically: the new state,
+    /// a new epoch key, a message, and the cursor.
+    @discardableResult
+    public func ingestGroupEntry(
+        _ record: GroupRecord, seq: UInt64, epochKey: (UInt64, SymmetricKey)?, message: StoredMessage?
+    ) throws(LocalStoreError) -> Bool {
+        try write { db in
+            try db.execute(
+                sql: "UPDATE group_info SET snapshot = ?, status = ? WHERE group_id = ?",
+                arguments: [FrameCodec.encode(record.state.snapshot), record.status.rawValue, record.groupID])
+            if let (epoch, key) = epochKey {
+                try Self.insertKey(key, epoch: epoch, group: record.groupID, db: db)
+            }
+            var inserted = false
+            if let message { inserted = try Self.insert(message, db: db) }
+            try Self.setCursor(record.topic, seq: seq, db: db)
+            return inserted
+        }
+    }
+
+    /// Stores a welcome's group, its key and group cursor, the welcome
+    /// message and the inbox cursor, in one transaction.
+    @discardableResult
+    public func ingestWelcome(
+        _ record: GroupRecord, epochKey: (UInt64, SymmetricKey), groupCursor: UInt64, inboxTopic: TopicName,
+        inboxSeq: UInt64, message: StoredMessage
+    ) throws(LocalStoreError) -> Bool {
+        try write { db in
+            try db.execute(
+                sql: """
+                    INSERT INTO group_info (group_id, topic_id, snapshot, status, created_at_ms)
+                    VALUES (?, ?, ?, ?, ?) ON CONFLICT(group_id) DO NOTHING
+                    """,
+                arguments: [
+                    record.groupID, record.topicID, FrameCodec.encode(record.state.snapshot), record.status.rawValue,
+                    Self.millis(Date()),
+                ])
+            try Self.insertKey(epochKey.1, epoch: epochKey.0, group: record.groupID, db: db)
+            try Self.setCursor(record.topic, seq: groupCursor, db: db)
+            let inserted = try Self.insert(message, db: db)
+            try Self.setCursor(inboxTopic, seq: inboxSeq, db: db)
+            return inserted
+        }
+    }
+
+    private static func insertKey(_ key: SymmetricKey, epoch: UInt64, group: String, db: Database) throws {
+        try db.execute(
+            sql: "INSERT OR REPLACE INTO epoch_key (group_id, epoch, key) VALUES (?, ?, ?)",
+            arguments: [group, Int64(epoch), key.withUnsafeBytes { Data($0) }])
+    }
+
+    static func setCursor(_ topic: TopicName, seq: UInt64, db: Database) throws {
+        try db.execute(
+            sql: """
+                INSERT INTO cursor (topic, seq) VALUES (?, ?)
+                ON CONFLICT(topic) DO UPDATE SET seq = MAX(seq, excluded.seq)
+                """,
+            arguments: [topic.rawValue, Int64(seq)])
+    }
+
+    private static func groupRecord(row: Row) throws -> GroupRecord {
+        let snapshot = try WireGroupSnapshot(serializedBytes: row["snapshot"] as Data)
+        let groupID: String = row["group_id"]
+        let statusText: String = row["status"]
+        let state: GroupState
+        if snapshot.epoch == 0 {  // before the create commit: nothing applied yet
+            state = GroupState(groupID: groupID)
+        } else {
+            state = try GroupState(snapshot: snapshot)
+        }
+        return GroupRecord(
+            groupID: groupID, topicID: row["topic_id"], state: state,
+            status: GroupRecord.Status(rawValue: statusText) ?? .active)
+    }
+}
