@@ -21,7 +21,7 @@ struct DMCommand: AsyncParsableCommand {
             } catch {
                 throw ValidationError(error.description)
             }
-            let client = try RallyClient.open(home: options.homeURL, relayURL: try options.relayURL())
+            let client = try options.openClient()
             let message = try await client.sendText(text, to: recipient)
             await client.disconnect()
             options.output.emit(MessageJSON(message)) {
@@ -40,7 +40,7 @@ struct DMCommand: AsyncParsableCommand {
         @Flag(help: "Print every stored message, not only new ones.") var all = false
 
         func run() async throws {
-            let client = try RallyClient.open(home: options.homeURL, relayURL: try options.relayURL())
+            let client = try options.openClient()
             let output = options.output
             if follow {
                 if all { try printStored(client, output: output, asLines: true) }

@@ -24,7 +24,7 @@ struct IDCommand: AsyncParsableCommand {
                 throw ValidationError("--name must be 1 to 128 bytes")
             }
             let client = try await RallyClient.create(
-                home: options.homeURL, relayURL: try options.relayURL(), displayName: name)
+                home: options.homeURL, relayURL: try options.relayURL(), displayName: name, logger: options.logger)
             await client.disconnect()
             let identity = IdentityJSON(name: name, inboxId: client.inboxID.rawValue, home: options.homeURL.path)
             options.output.emit(identity) {
@@ -39,7 +39,7 @@ struct IDCommand: AsyncParsableCommand {
         @OptionGroup var options: ClientOptions
 
         func run() async throws {
-            let client = try RallyClient.open(home: options.homeURL, relayURL: try options.relayURL())
+            let client = try options.openClient()
             let identity = IdentityJSON(
                 name: client.identity.displayName, inboxId: client.inboxID.rawValue, home: options.homeURL.path)
             options.output.emit(identity) {

@@ -1,5 +1,7 @@
 import ArgumentParser
 import Foundation
+import Logging
+import RallyCore
 
 /// `rally`: the relay, and every client flow, from a terminal.
 public struct RallyCommand: AsyncParsableCommand {
@@ -7,7 +9,8 @@ public struct RallyCommand: AsyncParsableCommand {
         commandName: "rally",
         abstract: "End-to-end encrypted invites, groups and messages over an untrusted relay.",
         subcommands: [
-            RelayCommand.self, IDCommand.self, DMCommand.self, DemoCommand.self, BenchCommand.self,
+            RelayCommand.self, IDCommand.self, DMCommand.self, GroupCommand.self, DemoCommand.self,
+            BenchCommand.self,
         ])
 
     public init() {}
@@ -43,4 +46,17 @@ struct ClientOptions: ParsableArguments {
     }
 
     var output: Output { Output(json: json) }
+
+    /// The SDK logs to stderr; a terminal user sees only errors there unless
+    /// RALLY_LOG_LEVEL asks for more (the CLI prints its own warnings).
+    var logger: Logger {
+        var logger = Logger(label: "rally.client")
+        let level = ProcessInfo.processInfo.environment["RALLY_LOG_LEVEL"].flatMap(Logger.Level.init(rawValue:))
+        logger.logLevel = level ?? .error
+        return logger
+    }
+
+    func openClient() throws -> RallyClient {
+        try RallyClient.open(home: homeURL, relayURL: try relayURL(), logger: logger)
+    }
 }

@@ -151,10 +151,11 @@ extension RallyClient {
     func commitWithRetries(
         _ groupID: String, build: (GroupState) throws(RallyClientError) -> WireGroupCommit
     ) async throws(RallyClientError) {
-        for _ in 1...Self.commitAttempts {
+        for attempt in 1...Self.commitAttempts {
             _ = try await syncGroup(groupID)
             let record = try activeGroup(groupID)
             let commit = try build(record.state)
+            if let hook = commitRaceHook { await hook(attempt) }
             try await publish(commit, to: record)
             let report = try await syncGroup(groupID)
             do {
@@ -180,11 +181,13 @@ extension RallyClient {
 
     private func activeGroup(_ groupID: String) throws(RallyClientError) -> GroupRecord {
         let record = try group(groupID)
-        guard record.status == .active else { throw .group(.notActive(groupID, record.status)) }
+        guard record.status == .active else {
+            throw .group(.notActive("\"\(record.state.profile.name)\" (\(groupID))", record.status))
+        }
         return record
     }
 
-    func newCommit(groupID: String, epoch: UInt64) -> WireGroupCommit {
+    nonisolated func newCommit(groupID: String, epoch: UInt64) -> WireGroupCommit {
         var commit = WireGroupCommit()
         commit.groupID = groupID
         commit.epoch = epoch
@@ -194,7 +197,14 @@ extension RallyClient {
         return commit
     }
 
-    private func attachFreshKey(to commit: inout WireGroupCommit, for members: [GroupMember], state: GroupState)
+    /// For tests that build conflicting commits by hand.
+    func attachFreshKeyForTest(to commit: inout WireGroupCommit, for members: [GroupMember], state: GroupState)
+        throws(RallyClientError)
+    {
+        try attachFreshKey(to: &commit, for: members, state: state)
+    }
+
+    func attachFreshKey(to commit: inout WireGroupCommit, for members: [GroupMember], state: GroupState)
         throws(RallyClientError)
     {
         let key = EpochKeys.newKey()

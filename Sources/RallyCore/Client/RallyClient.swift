@@ -23,6 +23,13 @@ public actor RallyClient {
     public nonisolated let codecs: CodecRegistry
     let logger: Logger
     private var connection: RelayConnection?
+    /// Test seam: runs between building a commit and publishing it, so a
+    /// test can make another member's commit win the race deterministically.
+    var commitRaceHook: (@Sendable (Int) async -> Void)?
+
+    func setCommitRaceHook(_ hook: (@Sendable (Int) async -> Void)?) {
+        commitRaceHook = hook
+    }
 
     public nonisolated var inboxID: InboxID { identity.inboxID }
     public nonisolated var inboxTopic: TopicName {

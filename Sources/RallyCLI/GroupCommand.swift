@@ -1,0 +1,220 @@
+import ArgumentParser
+import Foundation
+import RallyCore
+import RallyCrypto
+
+struct GroupCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "group", abstract: "End-to-end encrypted groups with roles.",
+        subcommands: [Create.self, Add.self, Remove.self, Send.self, Read.self, Members.self, List.self])
+
+    struct GroupJSON: Encodable {
+        let groupId: String
+        let name: String
+        let description: String
+        let epoch: UInt64
+        let status: String
+        let myRole: String?
+        let memberCount: Int
+
+        init(_ record: GroupRecord, me: InboxID) {
+            groupId = record.groupID
+            name = record.state.profile.name
+            description = record.state.profile.description
+            epoch = record.state.epoch
+            status = record.status.rawValue
+            myRole = record.state.role(of: me)?.description
+            memberCount = record.state.members.count
+        }
+
+        var human: String {
+            "\(groupId)  \(name)  (\(memberCount) member\(memberCount == 1 ? "" : "s"), you: \(myRole ?? status), epoch \(epoch))"
+        }
+    }
+
+    struct MemberJSON: Encodable {
+        let inboxId: String
+        let name: String
+        let role: String
+        let status: String
+
+        var human: String { "\(inboxId)  \(name.padding(toLength: 16, withPad: " ", startingAt: 0))  \(role)  \(status)" }
+    }
+
+    static func open(_ options: ClientOptions) throws -> RallyClient {
+        try options.openClient()
+    }
+
+    static func inbox(_ text: String) throws -> InboxID {
+        do {
+            return try InboxID(validating: text)
+        } catch {
+            throw ValidationError(error.description)
+        }
+    }
+
+    struct Create: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Create a group you own; prints its id.")
+        @OptionGroup var options: ClientOptions
+        @Argument(help: "The group's name.") var name: String
+        @Option(help: "A description.") var description = ""
+
+        func run() async throws {
+            let client = try GroupCommand.open(options)
+            let record = try await client.createGroup(name: name, description: description)
+            await client.disconnect()
+            let json = GroupJSON(record, me: client.inboxID)
+            options.output.emit(json) { "created group \"\(name)\"\ngroup id: \(record.groupID)" }
+        }
+    }
+
+    struct Add: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Add a member; they receive a welcome by direct message.")
+        @OptionGroup var options: ClientOptions
+        @Argument(help: "Group id (or a unique prefix, or the name).") var group: String
+        @Argument(help: "The new member's inbox id.") var inboxID: String
+        @Option(help: "observer, member, moderator, admin or owner.") var role = "member"
+
+        func run() async throws {
+            guard let role = GroupRole(name: role) else {
+                throw ValidationError("--role must be observer, member, moderator, admin or owner")
+            }
+            let inbox = try GroupCommand.inbox(inboxID)
+            let client = try GroupCommand.open(options)
+            let record = try await client.addMember(inbox, role: role, to: group)
+            await client.disconnect()
+            options.output.emit(GroupJSON(record, me: client.inboxID)) {
+                "added \(inbox) as \(role) to \"\(record.state.profile.name)\"; welcome sent"
+            }
+        }
+    }
+
+    struct Remove: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Remove a member; the group moves to a new key they do not get.")
+        @OptionGroup var options: ClientOptions
+        @Argument(help: "Group id (or a unique prefix, or the name).") var group: String
+        @Argument(help: "The member's inbox id.") var inboxID: String
+
+        func run() async throws {
+            let inbox = try GroupCommand.inbox(inboxID)
+            let client = try GroupCommand.open(options)
+            let record = try await client.removeMember(inbox, from: group)
+            await client.disconnect()
+            options.output.emit(GroupJSON(record, me: client.inboxID)) {
+                "removed \(inbox) from \"\(record.state.profile.name)\"; now at epoch \(record.state.epoch)"
+            }
+        }
+    }
+
+    struct Send: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Send a text message to a group.")
+        @OptionGroup var options: ClientOptions
+        @Argument(help: "Group id (or a unique prefix, or the name).") var group: String
+        @Argument(help: "The text to send.") var text: String
+
+        func run() async throws {
+            let client = try GroupCommand.open(options)
+            let message = try await client.sendGroupText(text, to: group)
+            await client.disconnect()
+            options.output.emit(MessageJSON(message)) { "sent \(message.id) (log seq \(message.seq ?? 0))" }
+        }
+    }
+
+    struct Read: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Fetch a group's new messages and print them.",
+            discussion: "With --follow, stays connected and prints messages as they arrive.")
+        @OptionGroup var options: ClientOptions
+        @Argument(help: "Group id (or a unique prefix, or the name).") var group: String
+        @Flag(help: "Stay connected and print messages as they arrive.") var follow = false
+        @Flag(help: "Print every stored message of the group, not only new ones.") var all = false
+
+        func run() async throws {
+            let client = try GroupCommand.open(options)
+            _ = try await client.syncInbox()
+            let output = options.output
+            let groupID = try await client.group(group).groupID
+            if follow {
+                try await client.followGroup(groupID, untilCaughtUp: false) { event in
+                    Read.print(event, output: output, asLines: true)
+                }
+                return
+            }
+            let report = try await client.syncGroup(groupID)
+            await client.disconnect()
+            let messages = all ? try client.store.messages(conversation: groupID) : report.messages
+            for event in report.events { Read.print(event, output: output, asLines: true, messagesToo: false) }
+            if output.json {
+                output.emit(messages.map(MessageJSON.init)) { "" }
+            } else if messages.isEmpty {
+                Output.write("no new messages")
+            } else {
+                for message in messages { Output.write(MessageJSON.human(message)) }
+            }
+        }
+
+        static func print(_ event: GroupLogEvent, output: Output, asLines: Bool, messagesToo: Bool = true) {
+            switch event {
+            case .message(let message) where messagesToo:
+                output.emit(MessageJSON(message)) { MessageJSON.human(message) }
+            case .rejected(let seq, let reason):
+                Output.warn("warning: dropped group log entry #\(seq): \(reason)")
+            case .commit(let seq, _, let author, .rejected(let reason)):
+                Output.warn("note: change #\(seq) by \(author) was not applied: \(reason)")
+            default:
+                break
+            }
+        }
+    }
+
+    struct Members: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "List a group's members: inbox id, name, role, status.")
+        @OptionGroup var options: ClientOptions
+        @Argument(help: "Group id (or a unique prefix, or the name).") var group: String
+
+        func run() async throws {
+            let client = try GroupCommand.open(options)
+            _ = try await client.syncInbox()
+            let groupID = try await client.group(group).groupID
+            try await client.syncGroup(groupID)
+            await client.disconnect()
+            let record = try await client.group(groupID)
+            let members = record.state.sortedMembers.map {
+                MemberJSON(inboxId: $0.inboxID.rawValue, name: $0.identity.displayName, role: $0.role.description, status: "active")
+            }
+            if options.json {
+                options.output.emit(members) { "" }
+            } else {
+                Output.write("\(record.state.profile.name) — epoch \(record.state.epoch), you are \(record.status.rawValue)")
+                for member in members { Output.write(member.human) }
+            }
+        }
+    }
+
+    struct List: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "List your groups (after picking up new welcomes).")
+        @OptionGroup var options: ClientOptions
+        @Flag(help: "Do not contact the relay; list what is stored.") var offline = false
+
+        func run() async throws {
+            let client = try GroupCommand.open(options)
+            if !offline {
+                _ = try await client.syncInbox()
+                for group in try await client.groups() where group.status == .active {
+                    try await client.syncGroup(group.groupID)
+                }
+                await client.disconnect()
+            }
+            let groups = try await client.groups().map { GroupJSON($0, me: client.inboxID) }
+            if options.json {
+                options.output.emit(groups) { "" }
+            } else if groups.isEmpty {
+                Output.write("no groups yet: create one with `rally group create NAME`")
+            } else {
+                for group in groups { Output.write(group.human) }
+            }
+        }
+    }
+}

@@ -1,0 +1,231 @@
+import Crypto
+import Foundation
+@testable import RallyCore
+import RallyCrypto
+import RallyTestSupport
+import RallyWire
+import Testing
+
+/// A relay and a set of users with their own homes.
+struct GroupWorld {
+    let relay: TestRelay
+    let homes: TemporaryDirectory
+
+    static func start() async throws -> GroupWorld {
+        GroupWorld(relay: try await TestRelay.start(), homes: TemporaryDirectory("rally-groups"))
+    }
+
+    func user(_ name: String) async throws -> RallyClient {
+        try await RallyClient.create(
+            home: homes.path(name), relayURL: relay.url, displayName: name, logger: TestLogger.quiet)
+    }
+
+    func stop(_ clients: [RallyClient]) async {
+        for client in clients { await client.disconnect() }
+        await relay.stop()
+        homes.remove()
+    }
+}
+
+/// Picks up welcomes, then reads the group log.
+@discardableResult
+func catchUp(_ client: RallyClient, _ groupID: String) async throws -> GroupSyncReport {
+    _ = try await client.syncInbox()
+    return try await client.syncGroup(groupID)
+}
+
+func memberList(_ client: RallyClient, _ groupID: String) async throws -> [String] {
+    try await client.group(groupID).state.sortedMembers.map { "\($0.identity.displayName):\($0.role)" }
+}
+
+@Suite("Groups through a real relay")
+struct GroupTests {
+    @Test("Three members exchange messages; a removed member reads nothing after removal and its posts are rejected")
+    func threeMembersAndRemoval() async throws {
+        let world = try await GroupWorld.start()
+        let alice = try await world.user("alice")
+        let bob = try await world.user("bob")
+        let carol = try await world.user("carol")
+        let group = try await alice.createGroup(name: "Picnic")
+        let groupID = group.groupID
+        #expect(group.state.role(of: alice.inboxID) == .owner)
+        _ = try await alice.addMember(bob.inboxID, to: groupID)
+        _ = try await alice.addMember(carol.inboxID, to: groupID)
+        try await catchUp(bob, groupID)
+        try await catchUp(carol, groupID)
+
+        _ = try await alice.sendGroupText("hello all", to: groupID)
+        _ = try await bob.sendGroupText("hi from bob", to: groupID)
+        #expect(try await carol.syncGroup(groupID).messages.map(\.displayText) == ["hello all", "hi from bob"])
+        #expect(try await alice.syncGroup(groupID).messages.map(\.displayText) == ["hi from bob"])
+
+        let oldEpoch = try await carol.group(groupID).state.epoch
+        _ = try await alice.removeMember(carol.inboxID, from: groupID)
+        _ = try await alice.sendGroupText("after carol left", to: groupID)
+
+        let carolReport = try await carol.syncGroup(groupID)
+        #expect(carolReport.messages.isEmpty)
+        #expect(try await carol.group(groupID).status == .removed)
+        #expect(try carol.store.messages(conversation: groupID).map(\.displayText) == ["hello all", "hi from bob"])
+        #expect(try await bob.syncGroup(groupID).messages.map(\.displayText) == ["after carol left"])
+
+        // Carol's own client refuses to post...
+        await #expect(throws: RallyClientError.self) { _ = try await carol.sendGroupText("still here?", to: groupID) }
+        // ...and a post forged with the old epoch key, bypassing it, is
+        // rejected by everyone else.
+        let oldKey = try #require(try carol.store.epochKey(group: groupID, epoch: oldEpoch))
+        var body = WireMessageBody()
+        body.messageID = MessageSealing.newMessageID()
+        body.sender = carol.identity.publicIdentity.wireBundle
+        body.recipient = groupID
+        body.content = try TextCodec().encode("let me back in")
+        var entry = WireGroupLogEntry()
+        entry.message = try EpochKeys.encrypt(
+            MessageSealing.sign(body, by: carol.identity), key: oldKey, groupID: groupID, epoch: oldEpoch)
+        let raw = try await RelayConnection.connect(to: world.relay.url, identity: nil, logger: TestLogger.quiet)
+        _ = try await raw.publish(
+            topic: try carol.group(groupID).topic, payload: FrameCodec.encode(entry), idempotencyKey: body.messageID)
+        await raw.close()
+        for member in [alice, bob] {
+            let report = try await member.syncGroup(groupID)
+            #expect(report.messages.isEmpty)
+            #expect(report.rejections.map(\.reason) == [.senderNotAMember(carol.inboxID)])
+            #expect(try member.store.messages(conversation: groupID).allSatisfy { $0.displayText != "let me back in" })
+        }
+        await world.stop([alice, bob, carol])
+    }
+
+    @Test("Two admins remove each other at the same epoch: exactly one removal takes effect, everywhere")
+    func mutualRemoval() async throws {
+        let world = try await GroupWorld.start()
+        let alice = try await world.user("alice")
+        let bob = try await world.user("bob")
+        let carol = try await world.user("carol")
+        let dave = try await world.user("dave")
+        let groupID = try await alice.createGroup(name: "Council").groupID
+        _ = try await alice.addMember(bob.inboxID, role: .admin, to: groupID)
+        _ = try await alice.addMember(carol.inboxID, role: .admin, to: groupID)
+        _ = try await alice.addMember(dave.inboxID, to: groupID)
+        for client in [bob, carol, dave] { try await catchUp(client, groupID) }
+
+        // Both build their removal on the same state before either is
+        // published: a true conflict.
+        let bobState = try await bob.group(groupID).state
+        let carolState = try await carol.group(groupID).state
+        #expect(bobState.epoch == carolState.epoch)
+        let bobCommit = try await removal(by: bob, of: carol.inboxID, state: bobState)
+        let carolCommit = try await removal(by: carol, of: bob.inboxID, state: carolState)
+        let topic = try await bob.group(groupID).topic
+        let raw = try await RelayConnection.connect(to: world.relay.url, identity: nil, logger: TestLogger.quiet)
+        async let first = raw.publish(topic: topic, payload: entry(bobCommit, by: bob), idempotencyKey: bobCommit.commitID)
+        async let second = raw.publish(
+            topic: topic, payload: entry(carolCommit, by: carol), idempotencyKey: carolCommit.commitID)
+        let acks = try await [first, second]
+        await raw.close()
+
+        var lists: [[String]] = []
+        var epochs: [UInt64] = []
+        for client in [alice, bob, carol, dave] {
+            try await catchUp(client, groupID)
+            lists.append(try await memberList(client, groupID))
+            epochs.append(try await client.group(groupID).state.epoch)
+        }
+        #expect(Set(lists.map { $0.joined(separator: ",") }).count == 1, "members disagree: \(lists)")
+        #expect(Set(epochs).count == 1)
+        let survivors = lists[0]
+        let bobStayed = survivors.contains("bob:admin")
+        let carolStayed = survivors.contains("carol:admin")
+        #expect(bobStayed != carolStayed, "exactly one of the two must remain: \(survivors)")
+        // The winner is the commit the relay ordered first.
+        let bobFirst = acks[0].seq < acks[1].seq
+        #expect(bobStayed == bobFirst)
+        let loser = bobStayed ? carol : bob
+        #expect(try await loser.group(groupID).status == .removed)
+        await world.stop([alice, bob, carol, dave])
+    }
+
+    @Test("A commit that loses a race is rebuilt on the new state and applied automatically")
+    func staleCommitIsRebuilt() async throws {
+        let world = try await GroupWorld.start()
+        let alice = try await world.user("alice")
+        let bob = try await world.user("bob")
+        let carol = try await world.user("carol")
+        let dave = try await world.user("dave")
+        let groupID = try await alice.createGroup(name: "Race").groupID
+        _ = try await alice.addMember(bob.inboxID, role: .admin, to: groupID)
+        try await catchUp(bob, groupID)
+
+        // Bob builds his add on epoch e; before he publishes, Alice's add
+        // lands at epoch e. Bob's first commit is stale for everyone.
+        let attempts = AttemptLog()
+        await bob.setCommitRaceHook { attempt in
+            await attempts.record(attempt)
+            if attempt == 1 { _ = try? await alice.addMember(carol.inboxID, to: groupID) }
+        }
+        _ = try await bob.addMember(dave.inboxID, to: groupID)
+        #expect(await attempts.values == [1, 2])
+
+        for client in [alice, bob] { try await catchUp(client, groupID) }
+        let expected = ["alice:owner", "bob:admin", "carol:member", "dave:member"].sorted()
+        #expect(try await memberList(alice, groupID).sorted() == expected)
+        #expect(try await memberList(bob, groupID).sorted() == expected)
+        // Dave got a welcome and reads the same state.
+        try await catchUp(dave, groupID)
+        #expect(try await memberList(dave, groupID).sorted() == expected)
+        #expect(try await dave.group(groupID).state == alice.group(groupID).state)
+        await world.stop([alice, bob, carol, dave])
+    }
+
+    @Test("A member offline during several commits catches up to the same state and epoch")
+    func offlineCatchUp() async throws {
+        let world = try await GroupWorld.start()
+        let alice = try await world.user("alice")
+        let bob = try await world.user("bob")
+        let erin = try await world.user("erin")
+        let frank = try await world.user("frank")
+        let groupID = try await alice.createGroup(name: "Travellers").groupID
+        _ = try await alice.addMember(bob.inboxID, to: groupID)
+        try await catchUp(bob, groupID)
+        await bob.disconnect()
+        let bobEpochBefore = try await bob.group(groupID).state.epoch
+
+        // Bob is away for all of this.
+        _ = try await alice.addMember(erin.inboxID, role: .moderator, to: groupID)
+        _ = try await alice.sendGroupText("erin joined", to: groupID)
+        _ = try await alice.changeRole(of: erin.inboxID, to: .admin, in: groupID)
+        _ = try await alice.addMember(frank.inboxID, to: groupID)
+        _ = try await alice.removeMember(erin.inboxID, from: groupID)
+        _ = try await alice.sendGroupText("erin left us", to: groupID)
+
+        let bobAgain = try RallyClient.open(home: world.homes.path("bob"), relayURL: world.relay.url, logger: TestLogger.quiet)
+        let report = try await bobAgain.syncGroup(groupID)
+        #expect(report.messages.map(\.displayText) == ["erin joined", "erin left us"])
+        let aliceState = try await alice.group(groupID).state
+        let bobState = try await bobAgain.group(groupID).state
+        #expect(bobState == aliceState)
+        #expect(bobState.epoch == bobEpochBefore + 4)  // add, change role, add, remove
+        // And Bob holds the current epoch key: he can still talk.
+        _ = try await bobAgain.sendGroupText("back online", to: groupID)
+        #expect(try await alice.syncGroup(groupID).messages.map(\.displayText) == ["back online"])
+        await world.stop([alice, bobAgain, erin, frank])
+    }
+
+    func removal(by client: RallyClient, of target: InboxID, state: GroupState) async throws -> WireGroupCommit {
+        var commit = client.newCommit(groupID: state.groupID, epoch: state.epoch)
+        commit.removeMember.inboxID = target.rawValue
+        try await client.attachFreshKeyForTest(
+            to: &commit, for: state.members.values.filter { $0.inboxID != target }, state: state)
+        return commit
+    }
+
+    func entry(_ commit: WireGroupCommit, by client: RallyClient) -> Data {
+        var entry = WireGroupLogEntry()
+        entry.commit = VerifiedGroupCommit.sign(commit, by: client.identity)
+        return FrameCodec.encode(entry)
+    }
+}
+
+actor AttemptLog {
+    var values: [Int] = []
+    func record(_ attempt: Int) { values.append(attempt) }
+}
