@@ -46,7 +46,8 @@ public enum Base32 {
                 out.append(UInt8((buffer >> UInt32(bits)) & 0xFF))
             }
         }
-        guard buffer & ((1 << UInt32(bits)) - 1) == 0 else { return nil }
+        // 5 or more leftover bits would be a whole character too many.
+        guard bits < 5, buffer & ((1 << UInt32(bits)) - 1) == 0 else { return nil }
         return out
     }
 }

@@ -17,7 +17,11 @@ public struct InboxID: Hashable, Sendable, Codable, Comparable, CustomStringConv
     }
 
     public init(validating text: String) throws(RallyCryptoError) {
-        let trimmed = text.trimmingCharacters(in: .whitespacesAndNewlines).lowercased()
+        let stripped = text.trimmingCharacters(in: .whitespacesAndNewlines)
+        // ASCII only before case folding: Unicode lowercasing would map
+        // look-alikes (the Kelvin sign) onto valid letters.
+        guard stripped.utf8.allSatisfy({ $0 < 0x80 }) else { throw .invalidInboxID(text) }
+        let trimmed = stripped.lowercased()
         guard trimmed.utf8.count == Self.textLength, let bytes = Base32.decode(trimmed),
             bytes.count == Self.byteCount
         else {

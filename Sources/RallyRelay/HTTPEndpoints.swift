@@ -1,6 +1,6 @@
 import Foundation
-import HummingbirdWebSocket
 import Hummingbird
+import HummingbirdWebSocket
 import RallyCrypto
 import RallyWire
 
@@ -12,7 +12,9 @@ enum HTTPEndpoints {
 
     static func addRoutes(to router: Router<BasicWebSocketRequestContext>, services: RelayServices) {
         router.get("/healthz") { _, _ in
-            Response(status: .ok, headers: [.contentType: "text/plain; charset=utf-8"], body: .init(byteBuffer: ByteBuffer(string: "ok")))
+            Response(
+                status: .ok, headers: [.contentType: "text/plain; charset=utf-8"],
+                body: .init(byteBuffer: ByteBuffer(string: "ok")))
         }
         router.get("/metrics") { _, _ in
             Response(
@@ -48,7 +50,9 @@ enum HTTPEndpoints {
         }
     }
 
-    private static func publish(_ request: Request, services: RelayServices) async throws(RelayFailure)
+    private static func publish(
+        _ request: Request, services: RelayServices
+    ) async throws(RelayFailure)
         -> WirePublishAck
     {
         let publish = try await decodeBody(request, limit: WireLimits.maxFrameBytes) {
@@ -64,7 +68,9 @@ enum HTTPEndpoints {
         }
     }
 
-    private static func fetch(_ request: Request, kind: String, id: String, services: RelayServices)
+    private static func fetch(
+        _ request: Request, kind: String, id: String, services: RelayServices
+    )
         async throws(RelayFailure) -> WireFetchResponse
     {
         let topic = try services.validateTopic(kind + "/" + id)
@@ -99,7 +105,9 @@ enum HTTPEndpoints {
         }
     }
 
-    private static func read(_ topic: String, after: UInt64, limit: Int, services: RelayServices)
+    private static func read(
+        _ topic: String, after: UInt64, limit: Int, services: RelayServices
+    )
         async throws(RelayFailure) -> FetchResult
     {
         do {
@@ -126,11 +134,14 @@ enum HTTPEndpoints {
         }
     }
 
-    private static func authorizeInboxRead(_ request: Request, topic: TopicName, services: RelayServices)
+    private static func authorizeInboxRead(
+        _ request: Request, topic: TopicName, services: RelayServices
+    )
         throws(RelayFailure)
     {
         guard let header = request.headers[.authorization] else {
-            throw RelayFailure(.notAuthenticated, "reading an inbox needs an Authorization header", topic: topic.rawValue)
+            throw RelayFailure(
+                .notAuthenticated, "reading an inbox needs an Authorization header", topic: topic.rawValue)
         }
         let reader: InboxID
         do {

@@ -99,7 +99,9 @@ actor PublishWriter {
             for (pending, appended) in zip(batch, results) { pending.completion(.success(appended)) }
         case .failure(let error):
             logger.error("commit failed", metadata: ["error": "\(error)", "batch": "\(batch.count)"])
-            for pending in batch { pending.completion(.failure(RelayFailure(.internal, "could not store the envelope"))) }
+            for pending in batch {
+                pending.completion(.failure(RelayFailure(.internal, "could not store the envelope")))
+            }
         }
     }
 }

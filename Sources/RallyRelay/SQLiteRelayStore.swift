@@ -67,13 +67,14 @@ public final class SQLiteRelayStore: RelayStore {
 
     private static func append(_ request: PublishRequest, serverTime: Int64, db: Database) throws -> AppendResult {
         let key: Data? = request.idempotencyKey.isEmpty ? nil : request.idempotencyKey
-        if let key, let row = try Row.fetchOne(
-            db,
-            sql: """
-                SELECT topic, seq, server_time_ms, payload, should_push, expires_at_ms
-                FROM envelopes WHERE topic = ? AND idempotency_key = ?
-                """,
-            arguments: [request.topic, key])
+        if let key,
+            let row = try Row.fetchOne(
+                db,
+                sql: """
+                    SELECT topic, seq, server_time_ms, payload, should_push, expires_at_ms
+                    FROM envelopes WHERE topic = ? AND idempotency_key = ?
+                    """,
+                arguments: [request.topic, key])
         {
             return AppendResult(envelope: envelope(row), duplicate: true)
         }

@@ -24,6 +24,8 @@ public struct TopicName: Hashable, Sendable, CustomStringConvertible {
         guard raw.utf8.count <= WireLimits.maxTopicLength else { throw .tooLong(raw.utf8.count) }
         let parts = raw.split(separator: "/", omittingEmptySubsequences: false)
         guard parts.count == 2, !parts[0].isEmpty, !parts[1].isEmpty else { throw .malformed(raw) }
+        // Dot segments would be rewritten by URL handling on the HTTP path.
+        guard !parts.contains(where: { $0 == "." || $0 == ".." }) else { throw .malformed(raw) }
         for byte in raw.utf8 where !Self.isAllowed(byte) {
             throw .invalidCharacter(raw)
         }

@@ -281,10 +281,37 @@ struct FrameCodecTests {
         }
     }
 
-    @Test func wrongWireTypeForAKnownFieldIsMalformed() {
-        // request_id (field 1) sent as length-delimited bytes.
+    @Test func aKnownFieldWithTheWrongWireTypeIsKeptAsUnknownNotMisread() throws {
+        // request_id (field 1, a varint) sent as length-delimited bytes, as a
+        // future incompatible change might: protobuf treats it as unknown.
         let bytes = ProtoBytes.bytesField(1, Data("x".utf8))
+        let frame = try FrameCodec.decodeClientFrame(bytes)
+        #expect(frame.requestID == 0)
+        #expect(frame.unknownFields.data == bytes)
+        #expect(FrameCodec.encode(frame) == bytes)
+    }
+
+    @Test func aLengthPastTheEndIsMalformed() {
+        // publish (field 11) claiming 100 bytes with 2 present.
+        let bytes = ProtoBytes.tag(field: 11, wireType: 2) + ProtoBytes.varint(100) + Data([0x0A, 0x00])
         guard case .failure(.malformed) = clientResult(bytes) else {
+            Issue.record("expected .malformed")
+            return
+        }
+    }
+
+    @Test func reservedWireTypesAreMalformed() {
+        for wireType: UInt64 in [6, 7] {
+            let bytes = ProtoBytes.tag(field: 1, wireType: wireType) + Data([0x01])
+            guard case .failure(.malformed) = clientResult(bytes) else {
+                Issue.record("wire type \(wireType): expected .malformed")
+                continue
+            }
+        }
+    }
+
+    @Test func fieldNumberZeroIsMalformed() {
+        guard case .failure(.malformed) = clientResult(Data([0x00, 0x01])) else {
             Issue.record("expected .malformed")
             return
         }
@@ -320,7 +347,7 @@ struct FrameCodecTests {
         #expect(FrameCodec.encode(frame) == bytes)
     }
 
-    @Test("deeply nested groups are malformed, not a stack overflow", arguments: [64, 1_000, 100_000])
+    @Test("deeply nested groups are malformed, not a stack overflow", arguments: [64, 1_000, 60_000])
     func deepNestingIsMalformed(depth: Int) {
         let bytes = ProtoBytes.nestedGroups(field: 99, depth: depth)
         #expect(bytes.count <= WireLimits.maxFrameBytes)

@@ -28,8 +28,9 @@ public struct ContentTypeID: Hashable, Sendable, CustomStringConvertible {
         let authority = String(text[..<slash])
         let type = String(text[text.index(after: slash)..<colon])
         let version = text[text.index(after: colon)...].split(separator: ".", omittingEmptySubsequences: false)
-        guard !authority.isEmpty, !type.isEmpty, version.count == 2, let major = UInt32(version[0]),
-            let minor = UInt32(version[1])
+        let isDigits = { (part: Substring) in !part.isEmpty && part.utf8.allSatisfy { (48...57).contains($0) } }
+        guard !authority.isEmpty, !type.isEmpty, version.count == 2, isDigits(version[0]), isDigits(version[1]),
+            let major = UInt32(version[0]), let minor = UInt32(version[1])
         else { return nil }
         self.init(authority: authority, type: type, major: major, minor: minor)
     }

@@ -104,7 +104,8 @@ extension LocalStore {
     public func ingestGroupEntry(
         _ record: GroupRecord, seq: UInt64, epochKey: (UInt64, SymmetricKey)?, message: StoredMessage?
     ) throws(LocalStoreError) -> Bool {
-        try write { db in
+        try Self.checkSeq(seq)
+        return try write { db in
             try db.execute(
                 sql: "UPDATE group_info SET snapshot = ?, status = ? WHERE group_id = ?",
                 arguments: [FrameCodec.encode(record.state.snapshot), record.status.rawValue, record.groupID])
@@ -125,7 +126,9 @@ extension LocalStore {
         _ record: GroupRecord, epochKey: (UInt64, SymmetricKey), groupCursor: UInt64, inboxTopic: TopicName,
         inboxSeq: UInt64, message: StoredMessage
     ) throws(LocalStoreError) -> Bool {
-        try write { db in
+        try Self.checkSeq(groupCursor)
+        try Self.checkSeq(inboxSeq)
+        return try write { db in
             try db.execute(
                 sql: """
                     INSERT INTO group_info (group_id, topic_id, snapshot, status, created_at_ms)

@@ -158,7 +158,9 @@ public final class LocalStore: Sendable {
     /// message id was already stored (a duplicate).
     @discardableResult
     public func ingest(topic: TopicName, seq: UInt64, message: StoredMessage?) throws(LocalStoreError) -> Bool {
-        try write { db in
+        try Self.checkSeq(seq)
+        if let messageSeq = message?.seq { try Self.checkSeq(messageSeq) }
+        return try write { db in
             var inserted = false
             if let message {
                 inserted = try Self.insert(message, db: db)
@@ -176,7 +178,14 @@ public final class LocalStore: Sendable {
     /// Stores a message this client sent.
     @discardableResult
     public func saveOutgoing(_ message: StoredMessage) throws(LocalStoreError) -> Bool {
-        try write { db in try Self.insert(message, db: db) }
+        if let seq = message.seq { try Self.checkSeq(seq) }
+        return try write { db in try Self.insert(message, db: db) }
+    }
+
+    /// SQLite integers are signed 64-bit; a relay seq beyond that is not
+    /// one a real relay produces and is refused rather than trapping.
+    static func checkSeq(_ seq: UInt64) throws(LocalStoreError) {
+        guard Int64(exactly: seq) != nil else { throw .corrupt("relay sequence number \(seq) is out of range") }
     }
 
     static func insert(_ message: StoredMessage, db: Database) throws -> Bool {

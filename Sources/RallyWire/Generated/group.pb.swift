@@ -9,7 +9,7 @@
 //   https://github.com/apple/swift-protobuf/
 
 /// Groups: the entries of a group's log on the relay, and the welcome a new
-/// member receives by direct message. See docs/adr/0003-groups.md.
+/// member receives by direct message. See docs/adr/0006-groups.md.
 
 #if canImport(FoundationEssentials)
 import FoundationEssentials

@@ -1,0 +1,202 @@
+import ArgumentParser
+import Crypto
+import Foundation
+import Logging
+import RallyCore
+import RallyCrypto
+import RallyWire
+
+/// `rally bench group`: fan-out latency of one group message to every
+/// member for several group sizes, and the CPU cost of a removal (rekey)
+/// against group size. Prints numbers; asserts nothing.
+struct GroupBench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "group", abstract: "Measure group message fan-out and removal (rekey) cost.")
+
+    @Option(help: "Group sizes, comma-separated.") var sizes = "10,100,1000"
+    @Option(help: "Messages timed per group size.") var messages = 5
+
+    func run() async throws {
+        let sizes = self.sizes.split(separator: ",").compactMap { Int($0.trimmingCharacters(in: .whitespaces)) }
+        guard !sizes.isEmpty, sizes.allSatisfy({ $0 >= 2 }) else { throw ValidationError("--sizes: e.g. 10,100,1000") }
+        let relay = try ChildRelay.start()
+        defer { relay.stop() }
+        Output.write("relay: separate process pid \(relay.pid) on \(relay.url)")
+        Output.write("members  envelopes/msg  fan-out p50 ms  fan-out max ms  (time until every member decrypted and verified)")
+        for size in sizes {
+            let result = try await fanOut(members: size, relayURL: relay.url)
+            Output.write(
+                String(
+                    format: "%7d  %13.1f  %14.2f  %14.2f", size, result.envelopesPerMessage, result.p50, result.max))
+        }
+        Output.write("members  build removal ms  apply removal ms (one member: verify, rules, open key)")
+        for size in sizes {
+            let (build, apply) = try removalCost(members: size)
+            Output.write(String(format: "%7d  %16.2f  %16.3f", size, build, apply))
+        }
+        Output.write("relay peak memory (VmHWM): \(relay.peakMemoryKiB().map { "\($0 / 1024) MiB" } ?? "unknown")")
+    }
+
+    struct FanOut {
+        var envelopesPerMessage: Double
+        var p50: Double
+        var max: Double
+    }
+
+    /// A group of `members` identities whose log holds the create and the
+    /// adds; every member subscribes with its own connection and decrypts.
+    private func fanOut(members count: Int, relayURL: URL) async throws -> FanOut {
+        var logger = Logger(label: "rally.bench")
+        logger.logLevel = .error
+        let identities = (0..<count).map { Identity(displayName: "member-\($0)") }
+        let groupID = Data((0..<16).map { _ in UInt8.random(in: 0...255) }).hexString
+        let topic = try TopicName.group(Data((0..<32).map { _ in UInt8.random(in: 0...255) }).hexString)
+        let owner = identities[0]
+        let admin = try await RelayConnection.connect(to: relayURL, identity: owner, logger: logger)
+        var state = GroupState(groupID: groupID)
+        var commits: [WireGroupCommit] = []
+        var create = Self.commit(groupID, epoch: 0, author: owner)
+        create.create.profile.name = "bench"
+        commits.append(create)
+        for (index, member) in identities.enumerated().dropFirst() {
+            var add = Self.commit(groupID, epoch: UInt64(index), author: owner)
+            add.addMember.member = member.publicIdentity.wireBundle
+            add.addMember.role = WireGroupRole.member
+            commits.append(add)
+        }
+        for commit in commits {
+            var entry = WireGroupLogEntry()
+            entry.commit = VerifiedGroupCommit.sign(commit, by: owner)
+            let verified = try VerifiedGroupCommit.verify(entry.commit)
+            guard case .applied = state.apply(verified) else { throw ValidationError("bench log invalid") }
+            try await Self.publishPatiently(admin, topic: topic, payload: FrameCodec.encode(entry), key: commit.commitID)
+        }
+        let head = UInt64(commits.count)
+        let key = EpochKeys.newKey()
+        let epoch = state.epoch
+        // Every member connects and subscribes from the head, as after a
+        // welcome.
+        var connections: [RelayConnection] = []
+        var streams: [AsyncThrowingStream<RelayConnection.SubscriptionEvent, any Error>] = []
+        for identity in identities {
+            let connection = try await RelayConnection.connect(to: relayURL, identity: identity, logger: logger)
+            connections.append(connection)
+            streams.append(await connection.subscribe(topic: topic, after: head))
+        }
+        // Every subscription is live before the first message is timed.
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for stream in streams {
+                group.addTask {
+                    for try await event in stream {
+                        if case .caughtUp = event { return }
+                    }
+                    throw ValidationError("subscription ended before it caught up")
+                }
+            }
+            try await group.waitForAll()
+        }
+        var latencies: [Double] = []
+        var envelopes: UInt64 = 0
+        for round in 0..<messages {
+            var body = WireMessageBody()
+            body.messageID = MessageSealing.newMessageID()
+            body.sender = owner.publicIdentity.wireBundle
+            body.recipient = groupID
+            body.content = try TextCodec().encode("fan-out \(round)")
+            var entry = WireGroupLogEntry()
+            entry.message = try EpochKeys.encrypt(
+                MessageSealing.sign(body, by: owner), key: key, groupID: groupID, epoch: epoch)
+            let expectedSeq = head + UInt64(round) + 1
+            let start = DispatchTime.now().uptimeNanoseconds
+            let ack = try await admin.publish(topic: topic, payload: FrameCodec.encode(entry), idempotencyKey: body.messageID)
+            envelopes = ack.seq - head
+            let finish = try await withThrowingTaskGroup(of: UInt64.self) { group in
+                for stream in streams {
+                    group.addTask {
+                        for try await event in stream {
+                            guard case .envelope(let envelope) = event, envelope.seq == expectedSeq else { continue }
+                            let decoded = try WireGroupLogEntry(serializedBytes: envelope.payload)
+                            _ = try EpochKeys.decrypt(decoded.message, key: key, groupID: groupID)
+                            return DispatchTime.now().uptimeNanoseconds
+                        }
+                        throw ValidationError("subscription ended")
+                    }
+                }
+                var last: UInt64 = 0
+                for try await time in group { last = Swift.max(last, time) }
+                return last
+            }
+            latencies.append(Double(finish - start) / 1_000_000)
+        }
+        for connection in connections { await connection.close() }
+        await admin.close()
+        latencies.sort()
+        return FanOut(
+            envelopesPerMessage: Double(envelopes) / Double(messages), p50: latencies[latencies.count / 2],
+            max: latencies.last ?? 0)
+    }
+
+    /// Builds a removal commit for a group of `members` and applies it as
+    /// one member would.
+    private func removalCost(members count: Int) throws -> (Double, Double) {
+        let identities = (0..<count).map { Identity(displayName: "member-\($0)") }
+        let groupID = Data((0..<16).map { _ in UInt8.random(in: 0...255) }).hexString
+        var state = GroupState(groupID: groupID)
+        var create = Self.commit(groupID, epoch: 0, author: identities[0])
+        create.create.profile.name = "bench"
+        _ = state.apply(try VerifiedGroupCommit.verify(VerifiedGroupCommit.sign(create, by: identities[0])))
+        for member in identities.dropFirst() {
+            var add = Self.commit(groupID, epoch: state.epoch, author: identities[0])
+            add.addMember.member = member.publicIdentity.wireBundle
+            add.addMember.role = WireGroupRole.member
+            _ = state.apply(try VerifiedGroupCommit.verify(VerifiedGroupCommit.sign(add, by: identities[0])))
+        }
+        let clock = ContinuousClock()
+        var signed = WireSignedGroupCommit()
+        let buildTime = try clock.measure {
+            var remove = Self.commit(groupID, epoch: state.epoch, author: identities[0])
+            remove.removeMember.inboxID = identities[1].inboxID.rawValue
+            let remaining = state.members.values.filter { $0.inboxID != identities[1].inboxID }.map(\.identity)
+            let key = EpochKeys.newKey()
+            remove.epochKeys = try EpochKeys.seal(key, to: remaining, groupID: groupID, epoch: state.epoch + 1)
+            remove.epochKeyCommitment = EpochKeys.commitment(to: key)
+            signed = VerifiedGroupCommit.sign(remove, by: identities[0])
+        }
+        let member = identities[count - 1]
+        let applyTime = try clock.measure {
+            var copy = state
+            let verified = try VerifiedGroupCommit.verify(signed)
+            guard case .applied = copy.apply(verified) else { throw ValidationError("removal rejected") }
+            _ = try EpochKeys.open(
+                verified.commit.epochKeys, as: member, groupID: groupID, epoch: copy.epoch,
+                commitment: verified.commit.epochKeyCommitment)
+        }
+        return (Self.milliseconds(buildTime), Self.milliseconds(applyTime))
+    }
+
+    /// Set-up traffic exceeds the per-connection publish rate on purpose;
+    /// wait out the limit instead of failing.
+    static func publishPatiently(_ connection: RelayConnection, topic: TopicName, payload: Data, key: Data) async throws {
+        while true {
+            do {
+                _ = try await connection.publish(topic: topic, payload: payload, idempotencyKey: key)
+                return
+            } catch .refused(code: .rateLimited, message: _) {
+                try await Task.sleep(for: .milliseconds(250))
+            }
+        }
+    }
+
+    static func milliseconds(_ duration: Duration) -> Double {
+        Double(duration.components.seconds) * 1000 + Double(duration.components.attoseconds) / 1e15
+    }
+
+    static func commit(_ groupID: String, epoch: UInt64, author: Identity) -> WireGroupCommit {
+        var commit = WireGroupCommit()
+        commit.groupID = groupID
+        commit.epoch = epoch
+        commit.commitID = MessageSealing.newMessageID()
+        commit.author = author.publicIdentity.wireBundle
+        return commit
+    }
+}

@@ -1,0 +1,232 @@
+import Foundation
+import RallyCore
+import RallyCrypto
+import RallyWire
+import Testing
+
+@Suite("LocalStore")
+struct LocalStoreTests {
+    let topic = try! TopicName(validating: "inbox/mzuhvlpymk6xo3epygfy5h4oeaejofef")
+    let otherTopic = try! TopicName(validating: "group/abc")
+
+    // MARK: Identity
+
+    @Test func aFreshStoreHasNoIdentityNoMessagesAndCursorZero() throws {
+        let temp = TemporaryHome()
+        defer { temp.remove() }
+        let store = try temp.openStore()
+        #expect(try store.loadIdentity() == nil)
+        #expect(try store.messageCount() == 0)
+        #expect(try store.messages().isEmpty)
+        #expect(try store.cursor(for: topic) == 0)
+        #expect(FileManager.default.fileExists(atPath: temp.home.appendingPathComponent(LocalStore.fileName).path))
+    }
+
+    @Test func theIdentityRoundTripsWithEqualKeys() throws {
+        let temp = TemporaryHome()
+        defer { temp.remove() }
+        let identity = Identity(displayName: "Ada 🚀", createdAt: Fixtures.created)
+        try temp.openStore().saveIdentity(identity)
+        let loaded = try #require(try temp.openStore().loadIdentity())
+        #expect(loaded.signingKey.rawRepresentation == identity.signingKey.rawRepresentation)
+        #expect(loaded.agreementKey.rawRepresentation == identity.agreementKey.rawRepresentation)
+        #expect(loaded.displayName == "Ada 🚀")
+        #expect(loaded.createdAt == identity.createdAt)
+        #expect(loaded.inboxID == identity.inboxID)
+    }
+
+    @Test func aSecondIdentityIsRefusedAndTheFirstIsKept() throws {
+        let temp = TemporaryHome()
+        defer { temp.remove() }
+        let store = try temp.openStore()
+        let first = Identity(displayName: "first", createdAt: Fixtures.created)
+        try store.saveIdentity(first)
+        #expect(throws: LocalStoreError.identityExists(temp.home.path)) {
+            try store.saveIdentity(Identity(displayName: "second"))
+        }
+        #expect(throws: LocalStoreError.identityExists(temp.home.path)) { try store.saveIdentity(first) }
+        #expect(try store.loadIdentity()?.inboxID == first.inboxID)
+        #expect(try temp.openStore().loadIdentity()?.displayName == "first")
+    }
+
+    @Test func theStoreFileIsOwnerOnly() throws {
+        let temp = TemporaryHome()
+        defer { temp.remove() }
+        _ = try temp.openStore()
+        let file = temp.home.appendingPathComponent(LocalStore.fileName).path
+        let fileMode = try FileManager.default.attributesOfItem(atPath: file)[.posixPermissions] as? Int
+        #expect(fileMode == 0o600)
+        let dirMode = try FileManager.default.attributesOfItem(atPath: temp.home.path)[.posixPermissions] as? Int
+        #expect(dirMode == 0o700)
+    }
+
+    // MARK: Cursors
+
+    @Test func ingestAdvancesTheCursorAndItNeverGoesBackwards() throws {
+        let temp = TemporaryHome()
+        defer { temp.remove() }
+        let store = try temp.openStore()
+        let steps: [(ingested: UInt64, expected: UInt64)] = [(5, 5), (3, 5), (5, 5), (9, 9), (0, 9), (10, 10)]
+        for step in steps {
+            try store.ingest(topic: topic, seq: step.ingested, message: nil)
+            #expect(try store.cursor(for: topic) == step.expected, "after ingesting \(step.ingested)")
+        }
+        #expect(try store.cursor(for: otherTopic) == 0)
+        try store.ingest(topic: otherTopic, seq: 2, message: nil)
+        #expect(try store.cursor(for: otherTopic) == 2)
+        #expect(try store.cursor(for: topic) == 10)
+        #expect(try temp.openStore().cursor(for: topic) == 10)
+    }
+
+    @Test func theLargestStorableSeqRoundTrips() throws {
+        let temp = TemporaryHome()
+        defer { temp.remove() }
+        let store = try temp.openStore()
+        try store.ingest(topic: topic, seq: UInt64(Int64.max), message: nil)
+        #expect(try store.cursor(for: topic) == UInt64(Int64.max))
+    }
+
+    /// `seq` comes from the relay as a uint64; a value above Int64.max must
+    /// not crash the client (it traps in `Int64(seq)` today).
+    @Test func aSeqAboveInt64MaxDoesNotCrash() async {
+        let temp = TemporaryHome()
+        defer { temp.remove() }
+        let home = temp.home
+        // Run in a child process: today this traps in `Int64(seq)`.
+        await #expect(processExitsWith: .success) { [home = home as URL] in
+            let store = try LocalStore(home: home)
+            let topic = try TopicName(validating: "inbox/abc")
+            do {
+                try store.ingest(topic: topic, seq: UInt64(Int64.max) + 1, message: nil)
+            } catch {
+                // A typed refusal is fine; only a crash is not.
+            }
+        }
+    }
+
+    // MARK: Messages
+
+    @Test func theSameMessageIDIsStoredOnce() throws {
+        let temp = TemporaryHome()
+        defer { temp.remove() }
+        let store = try temp.openStore()
+        let message = Fixtures.message(text: "first copy", seq: 1)
+        #expect(try store.ingest(topic: topic, seq: 1, message: message))
+        let copy = Fixtures.message(id: message.id, text: "second copy", seq: 2)
+        #expect(try store.ingest(topic: topic, seq: 2, message: copy) == false)
+        #expect(try store.saveOutgoing(copy) == false)
+        #expect(try store.messageCount() == 1)
+        #expect(try store.messages() == [message])
+        // The cursor still moves past the duplicate.
+        #expect(try store.cursor(for: topic) == 2)
+    }
+
+    @Test func messagesSurviveReopeningInOrder() throws {
+        let temp = TemporaryHome()
+        defer { temp.remove() }
+        let peer = Identity(displayName: "peer").inboxID
+        let sent = (1...3).map { index in
+            Fixtures.message(conversation: "alice", text: "m\(index)", sender: peer, seq: UInt64(index))
+        }
+        let outgoing = StoredMessage(
+            id: "0011", conversation: "alice", outgoing: true, sender: peer, senderName: "me",
+            sentAt: Fixtures.created, receivedAt: Fixtures.created, topic: "inbox/x", seq: nil,
+            contentType: "xmtp.org/text:1.0", encodedContent: Data([1, 2, 3]), displayText: "mine", isKnownType: true)
+        do {
+            let store = try temp.openStore()
+            for (index, message) in sent.enumerated() {
+                #expect(try store.ingest(topic: topic, seq: UInt64(index + 1), message: message))
+            }
+            #expect(try store.saveOutgoing(outgoing))
+        }
+        let reopened = try temp.openStore()
+        #expect(try reopened.messageCount() == 4)
+        #expect(try reopened.messages() == sent + [outgoing])
+        #expect(try reopened.cursor(for: topic) == 3)
+    }
+
+    @Test func messagesFilterByConversationAndPosition() throws {
+        let temp = TemporaryHome()
+        defer { temp.remove() }
+        let store = try temp.openStore()
+        let a1 = Fixtures.message(conversation: "a", text: "a1")
+        let b1 = Fixtures.message(conversation: "b", text: "b1")
+        let a2 = Fixtures.message(conversation: "a", text: "a2")
+        for (index, message) in [a1, b1, a2].enumerated() {
+            try store.ingest(topic: topic, seq: UInt64(index + 1), message: message)
+        }
+        #expect(try store.messages(conversation: "a") == [a1, a2])
+        #expect(try store.messages(conversation: "b") == [b1])
+        #expect(try store.messages(conversation: "nobody").isEmpty)
+        #expect(try store.messages(afterOrder: 1) == [b1, a2])
+        #expect(try store.messages(conversation: "a", afterOrder: 1) == [a2])
+        #expect(try store.messages(afterOrder: 3).isEmpty)
+    }
+
+    // MARK: Contacts
+
+    @Test func contactsRoundTrip() throws {
+        let temp = TemporaryHome()
+        defer { temp.remove() }
+        let store = try temp.openStore()
+        let alice = Identity(displayName: "Alice", createdAt: Fixtures.created).publicIdentity
+        #expect(try store.contact(alice.inboxID) == nil)
+        try store.saveContact(alice)
+        let loaded = try #require(try temp.openStore().contact(alice.inboxID))
+        #expect(loaded == alice)
+        #expect(loaded.inboxID == alice.inboxID)
+        #expect(loaded.createdAt == alice.createdAt)
+        #expect(loaded.agreementKey.rawRepresentation == alice.agreementKey.rawRepresentation)
+        #expect(try store.contact(Identity(displayName: "x").inboxID) == nil)
+    }
+
+    @Test func aNewerBundleReplacesAContactAndAnOlderOneDoesNot() throws {
+        let temp = TemporaryHome()
+        defer { temp.remove() }
+        let store = try temp.openStore()
+        let identity = Identity(displayName: "Alice", createdAt: Fixtures.created)
+        let key = identity.signingKey.publicKey
+        let agreement = identity.agreementKey.publicKey
+        try store.saveContact(identity.publicIdentity)
+        let newer = PublicIdentity(
+            signingKey: key, agreementKey: Identity(displayName: "other").agreementKey.publicKey,
+            displayName: "Alice B.",
+            createdAt: Fixtures.created.addingTimeInterval(60))
+        try store.saveContact(newer)
+        #expect(try store.contact(identity.inboxID) == newer)
+        let older = PublicIdentity(
+            signingKey: key, agreementKey: agreement, displayName: "Old Alice",
+            createdAt: Fixtures.created.addingTimeInterval(-60))
+        try store.saveContact(older)
+        #expect(try store.contact(identity.inboxID) == newer)
+    }
+
+    // MARK: Bad homes
+
+    @Test func aHomeThatIsAFileIsUnavailable() throws {
+        let temp = TemporaryHome()
+        defer { temp.remove() }
+        try Data("x".utf8).write(to: temp.home)
+        let error = #expect(throws: LocalStoreError.self) { try LocalStore(home: temp.home) }
+        guard case .unavailable(let path, let reason) = error else {
+            Issue.record("expected .unavailable, got \(String(describing: error))")
+            return
+        }
+        #expect(path == temp.home.path)
+        #expect(!reason.isEmpty)
+    }
+
+    @Test func aDatabaseFileThatIsNotSQLiteIsUnavailable() throws {
+        let temp = TemporaryHome()
+        defer { temp.remove() }
+        try FileManager.default.createDirectory(at: temp.home, withIntermediateDirectories: true)
+        try Data(repeating: 0x42, count: 4_096).write(to: temp.home.appendingPathComponent(LocalStore.fileName))
+        let error = #expect(throws: LocalStoreError.self) { try LocalStore(home: temp.home) }
+        guard case .unavailable(let path, let reason) = error else {
+            Issue.record("expected .unavailable, got \(String(describing: error))")
+            return
+        }
+        #expect(path == temp.home.path)
+        #expect(!reason.isEmpty)
+    }
+}
