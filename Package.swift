@@ -118,7 +118,7 @@ let package = Package(
         .testTarget(
             name: "RallyRelayTests",
             dependencies: [
-                "RallyRelay", "RallyTestSupport",
+                "RallyRelay", "RallyWire", "RallyCrypto", "RallyTestSupport",
                 .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
             ],
             swiftSettings: strict

@@ -47,10 +47,6 @@ struct RelayFailure: Error, Sendable, Equatable {
         case .internal: .internalServerError
         }
     }
-
-    static func internalError(_ error: any Error) -> RelayFailure {
-        RelayFailure(.internal, "internal error")
-    }
 }
 
 extension WireErrorCode {

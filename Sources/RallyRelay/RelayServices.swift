@@ -79,6 +79,8 @@ struct RelayServices: Sendable {
             }
         } catch let failure as RelayFailure {
             throw failure
+        } catch RelayStoreError.signingKeyMismatch {
+            throw RelayFailure(.invalidRequest, "the stored bundle of this inbox has another signing key")
         } catch {
             logger.error("storing key bundle failed", metadata: ["error": "\(error)"])
             throw RelayFailure(.internal, "could not store the key bundle")

@@ -186,7 +186,7 @@ struct SessionTests {
             await harness.finish()
         }
         // A text message is not a frame either.
-        var harness = try SessionHarness()
+        let harness = try SessionHarness()
         #expect(await harness.session.reject(RelayFailure(.malformedFrame, "text")) == .close)
         await harness.finish()
     }
@@ -199,7 +199,9 @@ struct SessionTests {
         limits.publishBurst = 3
         var harness = try SessionHarness(clock: clock, limits: limits)
         for index in 1...3 {
-            #expect(await harness.call(UInt64(index), .publish(publishBody(groupTopic, "\(index)")))?.publishAck.seq == UInt64(index))
+            #expect(
+                await harness.call(UInt64(index), .publish(publishBody(groupTopic, "\(index)")))?.publishAck.seq
+                    == UInt64(index))
         }
         let limited = await harness.call(4, .publish(publishBody(groupTopic, "4")))
         #expect(limited?.errorCode == .rateLimited)

@@ -34,8 +34,10 @@ struct StoreTests {
         let first = try await store.append([request("group/a", "hello", key: "k1")], serverTimeMilliseconds: 1)
         _ = try await store.append([request("group/a", "other")], serverTimeMilliseconds: 2)
         let retry = try await store.append(
-            [request("group/a", "hello", key: "k1"), request("group/a", "same batch", key: "k2"),
-             request("group/a", "same batch", key: "k2")],
+            [
+                request("group/a", "hello", key: "k1"), request("group/a", "same batch", key: "k2"),
+                request("group/a", "same batch", key: "k2"),
+            ],
             serverTimeMilliseconds: 3)
         #expect(first[0].envelope.seq == 1 && !first[0].duplicate)
         #expect(retry[0].duplicate && retry[0].envelope.seq == 1 && retry[0].envelope.serverTimeMs == 1)
@@ -55,8 +57,10 @@ struct StoreTests {
         defer { directory.remove() }
         let store = try SQLiteRelayStore(url: directory.storeURL)
         _ = try await store.append(
-            [request("group/a", "short", expiresAt: 1_000), request("group/a", "forever"),
-             request("group/a", "later", expiresAt: 5_000), request("group/a", "short too", expiresAt: 1_500)],
+            [
+                request("group/a", "short", expiresAt: 1_000), request("group/a", "forever"),
+                request("group/a", "later", expiresAt: 5_000), request("group/a", "short too", expiresAt: 1_500),
+            ],
             serverTimeMilliseconds: 500)
         // Expired but not yet pruned envelopes are not served.
         let before = try await store.fetch(topic: "group/a", after: 0, limit: 10, nowMilliseconds: 2_000)
@@ -78,7 +82,8 @@ struct StoreTests {
         let identity = Identity(displayName: "Ada")
         do {
             let store = try SQLiteRelayStore(url: directory.storeURL)
-            _ = try await store.append([request("group/a", "1", key: "k"), request("group/a", "2")], serverTimeMilliseconds: 1)
+            _ = try await store.append(
+                [request("group/a", "1", key: "k"), request("group/a", "2")], serverTimeMilliseconds: 1)
             let bundle = identity.signedKeyBundle()
             _ = try await store.putKeyBundle(
                 bundle, inboxID: identity.inboxID, signingPublicKey: identity.signingKey.publicKey.rawRepresentation,
@@ -88,7 +93,8 @@ struct StoreTests {
         let store = try SQLiteRelayStore(url: directory.storeURL)
         let page = try await store.fetch(topic: "group/a", after: 0, limit: 10, nowMilliseconds: 0)
         #expect(page.envelopes.map(\.payload) == [Data("1".utf8), Data("2".utf8)])
-        let retry = try await store.append([request("group/a", "1", key: "k"), request("group/a", "3")], serverTimeMilliseconds: 2)
+        let retry = try await store.append(
+            [request("group/a", "1", key: "k"), request("group/a", "3")], serverTimeMilliseconds: 2)
         #expect(retry.map(\.envelope.seq) == [1, 3])
         #expect(retry.map(\.duplicate) == [true, false])
         #expect(try await store.keyBundle(inboxID: identity.inboxID) == identity.signedKeyBundle())
@@ -110,11 +116,19 @@ struct StoreTests {
         older.bundle = Data("older".utf8)
 
         #expect(try await store.keyBundle(inboxID: identity.inboxID) == nil)
-        #expect(try await store.putKeyBundle(first, inboxID: identity.inboxID, signingPublicKey: key, createdAtMilliseconds: 10) == .stored)
-        #expect(try await store.putKeyBundle(second, inboxID: identity.inboxID, signingPublicKey: key, createdAtMilliseconds: 10) == .stored)
-        #expect(try await store.putKeyBundle(older, inboxID: identity.inboxID, signingPublicKey: key, createdAtMilliseconds: 9) == .stale(current: second))
+        #expect(
+            try await store.putKeyBundle(
+                first, inboxID: identity.inboxID, signingPublicKey: key, createdAtMilliseconds: 10) == .stored)
+        #expect(
+            try await store.putKeyBundle(
+                second, inboxID: identity.inboxID, signingPublicKey: key, createdAtMilliseconds: 10) == .stored)
+        #expect(
+            try await store.putKeyBundle(
+                older, inboxID: identity.inboxID, signingPublicKey: key, createdAtMilliseconds: 9)
+                == .stale(current: second))
         await #expect(throws: RelayStoreError.signingKeyMismatch) {
-            try await store.putKeyBundle(first, inboxID: identity.inboxID, signingPublicKey: Data(count: 32), createdAtMilliseconds: 11)
+            try await store.putKeyBundle(
+                first, inboxID: identity.inboxID, signingPublicKey: Data(count: 32), createdAtMilliseconds: 11)
         }
         #expect(try await store.keyBundle(inboxID: identity.inboxID) == second)
         try await store.close()

@@ -112,7 +112,8 @@ func publishBody(_ topic: String, _ payload: String, key: String = "", expiresAt
 }
 
 func request(_ topic: String, _ payload: String, key: String = "", expiresAt: Int64 = 0) -> PublishRequest {
-    PublishRequest(topic: topic, payload: Data(payload.utf8), idempotencyKey: Data(key.utf8), expiresAtMilliseconds: expiresAt)
+    PublishRequest(
+        topic: topic, payload: Data(payload.utf8), idempotencyKey: Data(key.utf8), expiresAtMilliseconds: expiresAt)
 }
 
 let groupTopic = "group/" + String(repeating: "ab", count: 32)

@@ -48,8 +48,12 @@ actor GatedStore: RelayStore {
         try await inner.putKeyBundle(
             bundle, inboxID: inboxID, signingPublicKey: signingPublicKey, createdAtMilliseconds: createdAtMilliseconds)
     }
-    func keyBundle(inboxID: InboxID) async throws -> WireSignedKeyBundle? { try await inner.keyBundle(inboxID: inboxID) }
-    func deleteExpired(nowMilliseconds: Int64) async throws -> Int { try await inner.deleteExpired(nowMilliseconds: nowMilliseconds) }
+    func keyBundle(inboxID: InboxID) async throws -> WireSignedKeyBundle? {
+        try await inner.keyBundle(inboxID: inboxID)
+    }
+    func deleteExpired(nowMilliseconds: Int64) async throws -> Int {
+        try await inner.deleteExpired(nowMilliseconds: nowMilliseconds)
+    }
     func close() async throws { try await inner.close() }
 }
 
@@ -69,7 +73,8 @@ struct WriterTests {
         let seqs = try await withThrowingTaskGroup(of: UInt64.self) { group in
             for index in 0..<99 {
                 group.addTask {
-                    try await services.writer.publish(request(groupTopic, "p\(index)", key: "k\(index)")).get().envelope.seq
+                    try await services.writer.publish(request(groupTopic, "p\(index)", key: "k\(index)")).get().envelope
+                        .seq
                 }
             }
             // All 99 are queued before the gate opens, so they share one commit.
@@ -97,7 +102,8 @@ struct WriterTests {
         let seqs = try await withThrowingTaskGroup(of: UInt64.self) { group in
             for index in 0..<100 {
                 group.addTask {
-                    try await services.writer.publish(request(groupTopic, "p\(index)", key: "k\(index)")).get().envelope.seq
+                    try await services.writer.publish(request(groupTopic, "p\(index)", key: "k\(index)")).get().envelope
+                        .seq
                 }
             }
             var seqs: [UInt64] = []

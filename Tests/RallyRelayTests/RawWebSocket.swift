@@ -1,0 +1,165 @@
+import Dispatch
+import Foundation
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
+/// A deliberately minimal RFC 6455 client over a blocking loopback socket,
+/// so tests can send exactly the bytes they want (garbage, lying lengths).
+/// Blocking calls run on a private dispatch queue, never on the Swift
+/// concurrency pool the relay itself runs on.
+final class RawWebSocket: @unchecked Sendable {
+    // `fd` is written once in init; all I/O runs serially on `queue`.
+    private let fd: Int32
+    private let queue = DispatchQueue(label: "raw-websocket")
+
+    struct Message: Equatable {
+        let opcode: UInt8
+        let payload: Data
+    }
+
+    static func connect(port: Int, path: String = "/v1/ws") async throws -> RawWebSocket {
+        let socket = try RawWebSocket(port: port)
+        try await socket.run { try socket.handshake(port: port, path: path) }
+        return socket
+    }
+
+    private init(port: Int) throws {
+        #if canImport(Glibc)
+            fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        #else
+            fd = socket(AF_INET, SOCK_STREAM, 0)
+        #endif
+        guard fd >= 0 else { throw POSIXError(.EIO) }
+        var timeout = timeval(tv_sec: 20, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let result = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
+        }
+        guard result == 0 else {
+            close(fd)
+            throw POSIXError(.ECONNREFUSED)
+        }
+    }
+
+    deinit { close(fd) }
+
+    func sendBinary(_ payload: Data) async throws {
+        try await sendFrame(opcode: 0x2, payload: payload)
+    }
+
+    func sendText(_ text: String) async throws {
+        try await sendFrame(opcode: 0x1, payload: Data(text.utf8))
+    }
+
+    /// Sends only a frame header announcing `length` bytes, as a hostile
+    /// client would before streaming a huge body.
+    func sendHeaderOnly(announcing length: UInt64) async throws {
+        var header = Data([0x82, 0x80 | 127])
+        for shift in stride(from: 56, through: 0, by: -8) { header.append(UInt8((length >> UInt64(shift)) & 0xFF)) }
+        header.append(contentsOf: [1, 2, 3, 4])
+        try await run { [header] in try self.writeAll(header) }
+    }
+
+    /// Answers or starts the closing handshake, as a well-behaved client does.
+    func sendClose() async throws {
+        try await sendFrame(opcode: 0x8, payload: Data([0x03, 0xE8]))
+    }
+
+    /// The next message, or nil when the connection ended.
+    func receive() async throws -> Message? {
+        try await run { try self.readFrame() }
+    }
+
+    private func sendFrame(opcode: UInt8, payload: Data) async throws {
+        var frame = Data([0x80 | opcode])
+        let mask: [UInt8] = [0x12, 0x34, 0x56, 0x78]
+        switch payload.count {
+        case ..<126: frame.append(0x80 | UInt8(payload.count))
+        case ..<65536:
+            frame.append(0x80 | 126)
+            frame.append(contentsOf: [UInt8(payload.count >> 8), UInt8(payload.count & 0xFF)])
+        default:
+            frame.append(0x80 | 127)
+            for shift in stride(from: 56, through: 0, by: -8) { frame.append(UInt8((payload.count >> shift) & 0xFF)) }
+        }
+        frame.append(contentsOf: mask)
+        frame.append(contentsOf: payload.enumerated().map { $0.element ^ mask[$0.offset % 4] })
+        try await run { [frame] in try self.writeAll(frame) }
+    }
+
+    private func run<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { continuation in
+            queue.async { continuation.resume(with: Result { try work() }) }
+        }
+    }
+
+    private func handshake(port: Int, path: String) throws {
+        let request =
+            "GET \(path) HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            + "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+        try writeAll(Data(request.utf8))
+        var head = Data()
+        while !head.ends(with: Data("\r\n\r\n".utf8)) {
+            guard let byte = try readExactly(1) else { throw POSIXError(.ECONNRESET) }
+            head.append(byte)
+        }
+        guard String(decoding: head, as: UTF8.self).hasPrefix("HTTP/1.1 101") else { throw POSIXError(.EPROTO) }
+    }
+
+    private func readFrame() throws -> Message? {
+        guard let header = try readExactly(2) else { return nil }
+        let opcode = header[0] & 0x0F
+        var length = UInt64(header[1] & 0x7F)
+        if length == 126 {
+            guard let bytes = try readExactly(2) else { return nil }
+            length = bytes.reduce(0) { $0 << 8 | UInt64($1) }
+        } else if length == 127 {
+            guard let bytes = try readExactly(8) else { return nil }
+            length = bytes.reduce(0) { $0 << 8 | UInt64($1) }
+        }
+        guard let payload = try readExactly(Int(length)) else { return nil }
+        return Message(opcode: opcode, payload: payload)
+    }
+
+    private func readExactly(_ count: Int) throws -> Data? {
+        var data = Data()
+        var buffer = [UInt8](repeating: 0, count: max(1, min(count, 65536)))
+        while data.count < count {
+            let read = recv(fd, &buffer, min(buffer.count, count - data.count), 0)
+            if read == 0 { return nil }
+            if read < 0 {
+                if errno == ECONNRESET { return nil }
+                throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO)
+            }
+            data.append(contentsOf: buffer[0..<read])
+        }
+        return data
+    }
+
+    private func writeAll(_ data: Data) throws {
+        try data.withUnsafeBytes { raw in
+            var offset = 0
+            while offset < raw.count {
+                let written = send(fd, raw.baseAddress! + offset, raw.count - offset, Int32(MSG_NOSIGNAL))
+                if written < 0 { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
+                offset += written
+            }
+        }
+    }
+}
+
+extension Data {
+    fileprivate func ends(with suffix: Data) -> Bool {
+        count >= suffix.count && self[(endIndex - suffix.count)...] == suffix
+    }
+}

@@ -1,0 +1,152 @@
+import Foundation
+import RallyCrypto
+import RallyWire
+import Testing
+
+@testable import RallyRelay
+
+/// A protobuf-speaking client over the raw socket.
+struct WireClient {
+    let socket: RawWebSocket
+    let challenge: WireChallenge
+
+    static func connect(_ fixture: RelayFixture) async throws -> WireClient {
+        let socket = try await RawWebSocket.connect(port: fixture.relay.port)
+        let first = try #require(try await socket.receive())
+        let frame = try FrameCodec.decodeServerFrame(first.payload)
+        return WireClient(socket: socket, challenge: frame.challenge)
+    }
+
+    func send(_ requestID: UInt64, _ body: WireClientFrame.OneOf_Body) async throws {
+        try await socket.sendBinary(WireClientFrame.make(requestID, body).bytes)
+    }
+
+    /// The next protobuf frame; nil once the relay closed the connection.
+    func next() async throws -> WireServerFrame? {
+        while let message = try await socket.receive() {
+            switch message.opcode {
+            case 0x2: return try FrameCodec.decodeServerFrame(message.payload)
+            case 0x8:
+                try? await socket.sendClose()
+                return nil
+            default: continue
+            }
+        }
+        return nil
+    }
+
+    func authenticate(_ identity: Identity) async throws {
+        try await send(1, .authenticate(identity.authenticate(challengeNonce: challenge.nonce)))
+        #expect(try await next()?.authenticated.inboxID == identity.inboxID.rawValue)
+    }
+
+    func close() async {
+        try? await socket.sendClose()
+        while (try? await socket.receive()) ?? nil != nil {}
+    }
+
+    func expectStillServing() async throws {
+        var ping = WirePing()
+        ping.nonce = 5
+        try await send(99, .ping(ping))
+        #expect(try await next()?.pong.nonce == 5)
+    }
+}
+
+@Suite("WebSocket endpoint", .timeLimit(.minutes(1)))
+struct WebSocketTests {
+    @Test("challenge, authenticate, subscribe an inbox, and receive a post from another connection")
+    func endToEnd() async throws {
+        let fixture = try await RelayFixture()
+        let owner = Identity(displayName: "Owner")
+        let reader = try await WireClient.connect(fixture)
+        #expect(reader.challenge.nonce.count == 32)
+        #expect(reader.challenge.protocolVersion == WireLimits.protocolVersion)
+        try await reader.authenticate(owner)
+        var subscribe = WireSubscribe()
+        subscribe.topic = "inbox/" + owner.inboxID.rawValue
+        try await reader.send(2, .subscribe(subscribe))
+        #expect(try await reader.next()?.subscribed.caughtUpSeq == 0)
+
+        // Posting to an inbox needs a connection but no authentication.
+        let poster = try await WireClient.connect(fixture)
+        try await poster.send(7, .publish(publishBody(subscribe.topic, "hello", key: "k")))
+        let ack = try #require(try await poster.next())
+        #expect(ack.requestID == 7)
+        #expect(ack.publishAck.seq == 1)
+        let envelope = try #require(try await reader.next())
+        #expect(envelope.envelope.payload == Data("hello".utf8))
+        #expect(envelope.envelope.seq == 1)
+        await reader.close()
+        await poster.close()
+        await fixture.stop()
+    }
+
+    @Test("a garbage frame gets MALFORMED_FRAME and a close; other connections carry on")
+    func malformedFrame() async throws {
+        let fixture = try await RelayFixture()
+        let bystander = try await WireClient.connect(fixture)
+        let attacker = try await WireClient.connect(fixture)
+        try await attacker.socket.sendBinary(Data([0x0A, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF]))
+        #expect(try await attacker.next()?.errorCode == .malformedFrame)
+        #expect(try await attacker.next() == nil)
+        try await bystander.expectStillServing()
+
+        let texter = try await WireClient.connect(fixture)
+        try await texter.socket.sendText("hello")
+        #expect(try await texter.next()?.errorCode == .malformedFrame)
+        #expect(try await texter.next() == nil)
+        await bystander.close()
+        await fixture.stop()
+    }
+
+    @Test("an oversized frame gets FRAME_TOO_LARGE; a huge one is refused by the transport")
+    func oversizedFrames() async throws {
+        let fixture = try await RelayFixture()
+        let bystander = try await WireClient.connect(fixture)
+        let large = try await WireClient.connect(fixture)
+        try await large.socket.sendBinary(Data(count: WireLimits.maxFrameBytes + 1))
+        #expect(try await large.next()?.errorCode == .frameTooLarge)
+        #expect(try await large.next() == nil)
+
+        let huge = try await WireClient.connect(fixture)
+        try await huge.socket.sendHeaderOnly(announcing: 1 << 40)
+        #expect(try await huge.next() == nil)
+        try await bystander.expectStillServing()
+        await bystander.close()
+        await fixture.stop()
+    }
+
+    @Test("an unauthenticated connection is closed with AUTHENTICATION_TIMEOUT")
+    func authenticationTimeout() async throws {
+        var limits = RelayLimits.default
+        limits.authTimeout = .milliseconds(100)
+        let fixture = try await RelayFixture(limits: limits)
+        let client = try await WireClient.connect(fixture)
+        #expect(client.challenge.authTimeoutMs == 100)
+        #expect(try await client.next()?.errorCode == .authenticationTimeout)
+        #expect(try await client.next() == nil)
+        await fixture.stop()
+    }
+
+    @Test("graceful stop finishes acknowledged publishes and closes connections")
+    func gracefulStop() async throws {
+        let fixture = try await RelayFixture()
+        let client = try await WireClient.connect(fixture)
+        try await client.authenticate(Identity(displayName: "Ada"))
+        try await client.send(2, .publish(publishBody(groupTopic, "x")))
+        #expect(try await client.next()?.publishAck.seq == 1)
+        // Stop while the client still reads, so it can answer the close.
+        let stopping = Task { await fixture.relay.stop() }
+        // Whatever arrives before the close (SHUTTING_DOWN at most), the
+        // connection ends.
+        while let frame = try await client.next() {
+            #expect(frame.errorCode == .shuttingDown)
+        }
+        await stopping.value
+        let store = try SQLiteRelayStore(url: fixture.directory.storeURL)
+        #expect(try await store.headSeq(topic: groupTopic) == 1)
+        try await store.close()
+        fixture.directory.remove()
+    }
+}
