@@ -24,28 +24,28 @@ struct CLITests {
         let homes = TemporaryDirectory("rally-cli")
         defer { homes.remove() }
         let relayURL = relay.url.absoluteString
-        func rally(_ home: String, _ arguments: [String]) throws -> RallyBinary.Result {
-            try RallyBinary.run(arguments + ["--home", homes.path(home).path, "--relay", relayURL])
+        func rally(_ home: String, _ arguments: [String]) async throws -> RallyBinary.Result {
+            try await RallyBinary.run(arguments + ["--home", homes.path(home).path, "--relay", relayURL])
         }
 
-        let aliceNew = try rally("alice", ["id", "new", "--name", "Alice", "--json"])
+        let aliceNew = try await rally("alice", ["id", "new", "--name", "Alice", "--json"])
         #expect(aliceNew.status == 0, "\(aliceNew.stderr)")
         let alice = try JSONDecoder().decode(IdentityJSON.self, from: Data(aliceNew.stdout.utf8))
         #expect(alice.name == "Alice")
-        let bobNew = try rally("bob", ["id", "new", "--name", "Bob", "--json"])
+        let bobNew = try await rally("bob", ["id", "new", "--name", "Bob", "--json"])
         let bob = try JSONDecoder().decode(IdentityJSON.self, from: Data(bobNew.stdout.utf8))
 
-        let shown = try rally("alice", ["id", "show", "--json"])
+        let shown = try await rally("alice", ["id", "show", "--json"])
         #expect(try JSONDecoder().decode(IdentityJSON.self, from: Data(shown.stdout.utf8)).inboxId == alice.inboxId)
-        let human = try rally("alice", ["id", "show"])
+        let human = try await rally("alice", ["id", "show"])
         #expect(human.stdout.contains("inbox id: \(alice.inboxId)"))
 
-        let sent = try rally("alice", ["dm", "send", bob.inboxId, "hello from the terminal", "--json"])
+        let sent = try await rally("alice", ["dm", "send", bob.inboxId, "hello from the terminal", "--json"])
         #expect(sent.status == 0, "\(sent.stderr)")
         let sentMessage = try JSONDecoder().decode(MessageJSON.self, from: Data(sent.stdout.utf8))
         #expect(sentMessage.direction == "out")
 
-        let read = try rally("bob", ["dm", "read", "--json"])
+        let read = try await rally("bob", ["dm", "read", "--json"])
         #expect(read.status == 0, "\(read.stderr)")
         let messages = try JSONDecoder().decode([MessageJSON].self, from: Data(read.stdout.utf8))
         #expect(messages.count == 1)
@@ -54,9 +54,9 @@ struct CLITests {
         #expect(messages.first?.senderName == "Alice")
         #expect(messages.first?.id == sentMessage.id)
 
-        let again = try rally("bob", ["dm", "read"])
+        let again = try await rally("bob", ["dm", "read"])
         #expect(again.stdout.contains("no new messages"))
-        let all = try rally("bob", ["dm", "read", "--all"])
+        let all = try await rally("bob", ["dm", "read", "--all"])
         #expect(all.stdout.contains("Alice") && all.stdout.contains("hello from the terminal"))
         await relay.stop()
     }
@@ -65,19 +65,19 @@ struct CLITests {
     func errors() async throws {
         let homes = TemporaryDirectory("rally-cli")
         defer { homes.remove() }
-        let missing = try RallyBinary.run(["id", "show", "--home", homes.path("nobody").path])
+        let missing = try await RallyBinary.run(["id", "show", "--home", homes.path("nobody").path])
         #expect(missing.status != 0)
         #expect(missing.stderr.contains("rally id new --name NAME"))
 
-        let unreachable = try RallyBinary.run([
+        let unreachable = try await RallyBinary.run([
             "id", "new", "--name", "X", "--home", homes.path("x").path, "--relay", "http://127.0.0.1:1",
         ])
         #expect(unreachable.status != 0)
         #expect(unreachable.stderr.contains("cannot reach the relay at"))
 
         let relay = try await TestRelay.start()
-        _ = try RallyBinary.run(["id", "new", "--name", "Y", "--home", homes.path("y").path, "--relay", relay.url.absoluteString])
-        let badID = try RallyBinary.run([
+        _ = try await RallyBinary.run(["id", "new", "--name", "Y", "--home", homes.path("y").path, "--relay", relay.url.absoluteString])
+        let badID = try await RallyBinary.run([
             "dm", "send", "not-an-inbox", "hi", "--home", homes.path("y").path, "--relay", relay.url.absoluteString,
         ])
         #expect(badID.status != 0)
@@ -91,9 +91,9 @@ struct CLITests {
         let homes = TemporaryDirectory("rally-cli")
         defer { homes.remove() }
         let common = ["--relay", relay.url.absoluteString]
-        let bobNew = try RallyBinary.run(["id", "new", "--name", "Bob", "--json", "--home", homes.path("bob").path] + common)
+        let bobNew = try await RallyBinary.run(["id", "new", "--name", "Bob", "--json", "--home", homes.path("bob").path] + common)
         let bob = try JSONDecoder().decode(IdentityJSON.self, from: Data(bobNew.stdout.utf8))
-        _ = try RallyBinary.run(["id", "new", "--name", "Alice", "--home", homes.path("alice").path] + common)
+        _ = try await RallyBinary.run(["id", "new", "--name", "Alice", "--home", homes.path("alice").path] + common)
 
         let follower = Process()
         follower.executableURL = RallyBinary.url
@@ -101,24 +101,16 @@ struct CLITests {
         let out = Pipe()
         follower.standardOutput = out
         try follower.run()
-        defer {
+        let reader = LineReader(out.fileHandleForReading)
+        var lines: [String] = []
+        for text in ["first", "second"] {
+            let sent = try await RallyBinary.run(["dm", "send", bob.inboxId, text, "--home", homes.path("alice").path] + common)
+            #expect(sent.status == 0, "\(sent.stderr)")
+            if let line = try await reader.nextLine() { lines.append(line) }
+        }
+        try await onOwnThread {
             follower.terminate()
             follower.waitUntilExit()
-        }
-        var lines: [String] = []
-        var buffer = Data()
-        for text in ["first", "second"] {
-            let sent = try RallyBinary.run(["dm", "send", bob.inboxId, text, "--home", homes.path("alice").path] + common)
-            #expect(sent.status == 0, "\(sent.stderr)")
-            while lines.count < (text == "first" ? 1 : 2) {
-                let chunk = out.fileHandleForReading.availableData
-                if chunk.isEmpty { break }
-                buffer.append(chunk)
-                while let newline = buffer.firstIndex(of: 0x0A) {
-                    lines.append(String(decoding: buffer[buffer.startIndex..<newline], as: UTF8.self))
-                    buffer = Data(buffer[buffer.index(after: newline)...])
-                }
-            }
         }
         let messages = try lines.map { try JSONDecoder().decode(MessageJSON.self, from: Data($0.utf8)) }
         #expect(messages.map(\.text) == ["first", "second"])
@@ -127,11 +119,41 @@ struct CLITests {
     }
 
     @Test("rally demo runs an embedded relay and shows two users exchanging messages")
-    func demo() throws {
-        let result = try RallyBinary.run(["demo"])
+    func demo() async throws {
+        let result = try await RallyBinary.run(["demo"])
         #expect(result.status == 0, "\(result.stderr)")
         #expect(result.stdout.contains("bob        ← Alice: \"Hi Bob! Only you can read this.\""))
         #expect(result.stdout.contains("alice      ← Bob: \"Got both. Hi Alice!\""))
         #expect(result.stdout.contains("syncs again: 0 new"))
+    }
+}
+
+/// Reads lines from a child's stdout without blocking the concurrency pool.
+final class LineReader: Sendable {
+    let handle: FileHandle
+    private let buffer = Buffer()
+
+    actor Buffer {
+        var data = Data()
+        func append(_ chunk: Data) { data.append(chunk) }
+        func takeLine() -> String? {
+            guard let newline = data.firstIndex(of: 0x0A) else { return nil }
+            let line = String(decoding: data[data.startIndex..<newline], as: UTF8.self)
+            data = Data(data[data.index(after: newline)...])
+            return line
+        }
+    }
+
+    init(_ handle: FileHandle) { self.handle = handle }
+
+    /// The next complete line, or nil at end of output.
+    func nextLine() async throws -> String? {
+        while true {
+            if let line = await buffer.takeLine() { return line }
+            let handle = self.handle
+            let chunk = try await onOwnThread { handle.availableData }
+            if chunk.isEmpty { return nil }
+            await buffer.append(chunk)
+        }
     }
 }

@@ -26,7 +26,7 @@ struct RelayGuaranteeTests {
         let directory = TemporaryDirectory("rally-kill")
         defer { directory.remove() }
         let data = directory.path("data")
-        let relay = try RelayProcess.start(dataDirectory: data)
+        let relay = try await RelayProcess.start(dataDirectory: data)
         let identity = Identity(displayName: "publisher")
         let topic = try TopicName(validating: "test/kill-\(UUID().uuidString.lowercased())")
 
@@ -58,12 +58,12 @@ struct RelayGuaranteeTests {
             acknowledged += 1
             if acknowledged == 200 { break }
         }
-        relay.kill(signal: SIGKILL)
+        await relay.kill(signal: SIGKILL)
         for publisher in publishers { await publisher.value }
         #expect(relay.terminationStatus != 0)
 
-        let restarted = try RelayProcess.start(dataDirectory: data)
-        defer { restarted.kill(signal: SIGTERM) }
+        let restarted = try await RelayProcess.start(dataDirectory: data)
+        
         let reader = try await RelayConnection.connect(to: restarted.url, identity: identity, logger: TestLogger.quiet)
         let stream = await reader.subscribe(topic: topic, after: 0)
         var stored: [WireEnvelope] = []
@@ -80,6 +80,7 @@ struct RelayGuaranteeTests {
             #expect(storedBySeq[seq] == payload, "acknowledged seq \(seq) lost or altered")
         }
         await reader.close()
+        await restarted.kill(signal: SIGTERM)
     }
 
     @Test("A publish retried with the same idempotency key after a lost ack is stored once")

@@ -25,8 +25,14 @@ public enum RallyBinary {
         public let stderr: String
     }
 
-    /// Runs `rally ARGS…` to completion and captures its output.
-    public static func run(_ arguments: [String], environment: [String: String] = [:]) throws -> Result {
+    /// Runs `rally ARGS…` to completion and captures its output. The
+    /// blocking wait happens on a thread of its own, never on the Swift
+    /// concurrency pool (which an in-process relay needs meanwhile).
+    public static func run(_ arguments: [String], environment: [String: String] = [:]) async throws -> Result {
+        try await onOwnThread { try runBlocking(arguments, environment: environment) }
+    }
+
+    static func runBlocking(_ arguments: [String], environment: [String: String]) throws -> Result {
         let process = Process()
         process.executableURL = url
         process.arguments = arguments
@@ -64,7 +70,11 @@ public final class RelayProcess: Sendable {
 
     /// Starts `rally relay --port PORT --data DIR` and waits for its
     /// "listening on" line.
-    public static func start(dataDirectory: URL, port: Int = 0) throws -> RelayProcess {
+    public static func start(dataDirectory: URL, port: Int = 0) async throws -> RelayProcess {
+        try await onOwnThread { try startBlocking(dataDirectory: dataDirectory, port: port) }
+    }
+
+    static func startBlocking(dataDirectory: URL, port: Int) throws -> RelayProcess {
         let process = Process()
         process.executableURL = RallyBinary.url
         process.arguments = ["relay", "--port", String(port), "--data", dataDirectory.path, "--log-level", "error"]
@@ -86,9 +96,12 @@ public final class RelayProcess: Sendable {
         }
     }
 
-    public func kill(signal: Int32 = SIGKILL) {
-        Foundation.kill(process.processIdentifier, signal)
-        process.waitUntilExit()
+    public func kill(signal: Int32 = SIGKILL) async {
+        let process = self.process
+        try? await onOwnThread {
+            Foundation.kill(process.processIdentifier, signal)
+            process.waitUntilExit()
+        }
     }
 
     public var terminationStatus: Int32 { process.terminationStatus }
@@ -115,5 +128,15 @@ final class PipeDrain: Sendable {
     func wait() -> Data {
         done.wait()
         return data
+    }
+}
+
+/// Runs blocking work (pipes, waiting for a child) on a dedicated thread and
+/// resumes the caller when it is done.
+public func onOwnThread<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { continuation in
+        Thread.detachNewThread {
+            continuation.resume(with: Result { try body() })
+        }
     }
 }
