@@ -64,8 +64,35 @@ struct DemoCommand: AsyncParsableCommand {
         for message in try await alice.syncInbox().received {
             say("alice      ← \(message.senderName): \"\(message.displayText)\"")
         }
-        await alice.disconnect()
-        await bob.disconnect()
+
+        let carol = try await RallyClient.create(
+            home: root.appendingPathComponent("carol"), relayURL: relayURL, displayName: "Carol", logger: logger)
+        say("carol      created identity, inbox \(carol.inboxID)")
+        let group = try await alice.createGroup(name: "Picnic")
+        say("alice      created group \"Picnic\" (\(group.groupID)), owner, epoch \(group.state.epoch)")
+        for (member, name) in [(bob, "bob"), (carol, "carol")] {
+            let state = try await alice.addMember(member.inboxID, to: group.groupID).state
+            say("alice      added \(name); the welcome goes to \(name) by direct message (epoch \(state.epoch))")
+            _ = try await member.syncInbox()
+        }
+        _ = try await alice.sendGroupText("Saturday at noon?", to: group.groupID)
+        say("alice      → Picnic: \"Saturday at noon?\" (one envelope on the relay for everyone)")
+        for (member, name) in [(bob, "bob"), (carol, "carol")] {
+            for message in try await member.syncGroup(group.groupID).messages {
+                say("\(name.padding(toLength: 10, withPad: " ", startingAt: 0)) ← Picnic/\(message.senderName): \"\(message.displayText)\"")
+            }
+        }
+        let after = try await alice.removeMember(carol.inboxID, from: group.groupID).state
+        say("alice      removed carol: new epoch \(after.epoch) with a fresh key sealed to alice and bob only")
+        _ = try await alice.sendGroupText("Just us two now.", to: group.groupID)
+        let carolReport = try await carol.syncGroup(group.groupID)
+        say("carol      reads the group: \(carolReport.messages.count) new messages (she has no key for epoch \(after.epoch))")
+        for message in try await bob.syncGroup(group.groupID).messages {
+            say("bob        ← Picnic/\(message.senderName): \"\(message.displayText)\"")
+        }
+        let members = try await bob.group(group.groupID).state.sortedMembers
+        say("bob        members: \(members.map { "\($0.identity.displayName) (\($0.role))" }.joined(separator: ", "))")
+        for client in [alice, bob, carol] { await client.disconnect() }
     }
 
     private func say(_ line: String) {

@@ -125,6 +125,10 @@ struct CLITests {
         #expect(result.stdout.contains("bob        ← Alice: \"Hi Bob! Only you can read this.\""))
         #expect(result.stdout.contains("alice      ← Bob: \"Got both. Hi Alice!\""))
         #expect(result.stdout.contains("syncs again: 0 new"))
+        #expect(result.stdout.contains("carol      ← Picnic/Alice: \"Saturday at noon?\""))
+        #expect(result.stdout.contains("carol      reads the group: 0 new messages"))
+        #expect(result.stdout.contains("bob        ← Picnic/Alice: \"Just us two now.\""))
+        #expect(result.stdout.contains("bob        members: Alice (owner), Bob (member)"))
     }
 }
 
