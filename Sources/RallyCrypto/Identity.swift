@@ -128,6 +128,13 @@ public struct PublicIdentity: Sendable, Hashable {
         return bundle
     }
 
+    /// Same keys, whatever the display name: what membership checks compare,
+    /// so a renamed member is still the same member.
+    public func hasSameKeys(as other: PublicIdentity) -> Bool {
+        signingKey.rawRepresentation == other.signingKey.rawRepresentation
+            && agreementKey.rawRepresentation == other.agreementKey.rawRepresentation
+    }
+
     public func isValidSignature(_ signature: Data, domain: SigningDomain, payload: Data) -> Bool {
         signingKey.isValidSignature(signature, for: domain.bytes(payload))
     }

@@ -122,7 +122,8 @@ struct GroupLogProcessor {
         }
         // Membership is judged at this message's position in the log, the
         // same for every member.
-        guard let member = record.state.members[verified.sender.inboxID], member.identity == verified.sender else {
+        guard let member = record.state.members[verified.sender.inboxID], member.identity.hasSameKeys(as: verified.sender)
+        else {
             return reject(.senderNotAMember(verified.sender.inboxID))
         }
         guard member.role.canSend else { return reject(.senderMayNotSend(member.inboxID, member.role)) }

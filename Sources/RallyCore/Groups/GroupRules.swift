@@ -126,7 +126,7 @@ enum GroupRules {
             return .failure(.staleEpoch(commit: commit.epoch, current: state.epoch))
         }
         guard let authorMember = state.members[author.inboxID] else { return .failure(.notAMember(author.inboxID)) }
-        guard authorMember.identity == author else { return .failure(.authorKeysChanged(author.inboxID)) }
+        guard authorMember.identity.hasSameKeys(as: author) else { return .failure(.authorKeysChanged(author.inboxID)) }
         let actor = authorMember.role
 
         func require(_ needed: GroupRole) -> GroupRejection? {
@@ -141,7 +141,11 @@ enum GroupRules {
         }
         func keysFor(remaining: Set<InboxID>) -> GroupRejection? {
             guard !commit.epochKeys.isEmpty, commit.epochKeyCommitment.count == 32 else { return .missingEpochKeys }
-            let sealedTo = commit.epochKeys.compactMap { try? InboxID(validating: $0.inboxID) }
+            // Canonical spelling only: members look their entry up by the
+            // exact text of their inbox id.
+            let sealedTo = commit.epochKeys.compactMap { entry in
+                (try? InboxID(validating: entry.inboxID)).flatMap { $0.rawValue == entry.inboxID ? $0 : nil }
+            }
             guard sealedTo.count == commit.epochKeys.count, Set(sealedTo) == remaining,
                 sealedTo.count == remaining.count
             else { return .epochKeysMismatch }
@@ -186,9 +190,8 @@ enum GroupRules {
             case .failure(let rejection):
                 return .failure(rejection)
             case .success(let member):
-                if member.role == .owner, role != .owner, !hasAnotherOwner(besides: member.inboxID, in: state) {
-                    return .failure(.lastOwner)
-                }
+                // No last-owner check needed: only an owner may target an
+                // owner, never themself, so another owner always remains.
                 return .success(
                     Change(
                         mutation: .setRole(member.inboxID, role), rekeys: false,

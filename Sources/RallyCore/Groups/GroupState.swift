@@ -94,7 +94,9 @@ public struct GroupState: Sendable, Equatable {
         self.epoch = snapshot.epoch
         self.profile = GroupProfile(wire: snapshot.profile)
         self.needsRekey = snapshot.needsRekey
-        self.isCreated = true
+        // Every applied commit advances the epoch, so epoch 0 means the
+        // create commit has not been applied yet.
+        self.isCreated = snapshot.epoch > 0
         self.lastCommitID = snapshot.lastCommitID
         self.appliedCommitIDs = Set(snapshot.appliedCommitIds)
         for record in snapshot.members {

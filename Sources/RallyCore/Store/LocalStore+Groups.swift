@@ -165,12 +165,7 @@ extension LocalStore {
         let snapshot = try WireGroupSnapshot(serializedBytes: row["snapshot"] as Data)
         let groupID: String = row["group_id"]
         let statusText: String = row["status"]
-        let state: GroupState
-        if snapshot.epoch == 0 {  // before the create commit: nothing applied yet
-            state = GroupState(groupID: groupID)
-        } else {
-            state = try GroupState(snapshot: snapshot)
-        }
+        let state = try GroupState(snapshot: snapshot)
         return GroupRecord(
             groupID: groupID, topicID: row["topic_id"], state: state,
             status: GroupRecord.Status(rawValue: statusText) ?? .active)

@@ -1,0 +1,201 @@
+import Crypto
+import Foundation
+import RallyCore
+import RallyCrypto
+import RallyWire
+
+/// SplitMix64 for the group property tests: a seed replays a run exactly.
+struct GroupSplitMix64: RandomNumberGenerator {
+    private var state: UInt64
+
+    init(seed: UInt64) { state = seed }
+
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+
+    mutating func bytes(_ count: Int) -> Data {
+        Data((0..<count).map { _ in UInt8.random(in: .min ... .max, using: &self) })
+    }
+
+    /// True with probability `percent` / 100.
+    mutating func chance(_ percent: Int) -> Bool { Int.random(in: 0..<100, using: &self) < percent }
+}
+
+/// A fresh epoch key as the remover / rekeyer seals it.
+struct GroupFreshKey {
+    let key: SymmetricKey
+    let sealed: [WireSealedEpochKey]
+    let commitment: Data
+
+    var bytes: Data { key.withUnsafeBytes { Data($0) } }
+}
+
+/// Builds group commits the way `RallyClient+Groups` does, signed with real
+/// identities.
+enum GroupTest {
+    static let groupID = "00112233445566778899aabbccddeeff"
+    static let otherGroupID = "ffeeddccbbaa99887766554433221100"
+    static let topicID = String(repeating: "5a", count: 32)
+    /// A whole second, so the key bundle's millisecond date round trips.
+    static let created = Date(timeIntervalSince1970: 1_700_000_000)
+
+    static func identity(_ name: String) -> Identity { Identity(displayName: name, createdAt: created) }
+
+    /// An identity whose keys come from `rng`, so a seeded run is repeatable.
+    static func identity(_ name: String, using rng: inout GroupSplitMix64) throws -> Identity {
+        try Identity(
+            signingKeyBytes: rng.bytes(32), agreementKeyBytes: rng.bytes(32), displayName: name, createdAt: created)
+    }
+
+    static func commit(
+        _ action: WireGroupCommit.OneOf_Action?, by author: Identity, epoch: UInt64, groupID: String = groupID,
+        id: Data = MessageSealing.newMessageID()
+    ) -> WireGroupCommit {
+        var commit = WireGroupCommit()
+        commit.groupID = groupID
+        commit.epoch = epoch
+        commit.commitID = id
+        commit.author = author.publicIdentity.wireBundle
+        commit.createdAtMs = 1_700_000_000_000 + Int64(epoch)
+        commit.action = action
+        return commit
+    }
+
+    static func profile(_ name: String, _ description: String = "") -> WireGroupProfile {
+        var profile = WireGroupProfile()
+        profile.name = name
+        profile.description_p = description
+        return profile
+    }
+
+    static func create(_ name: String = "Hikers", description: String = "") -> WireGroupCommit.OneOf_Action {
+        var create = WireCreateGroup()
+        create.profile = profile(name, description)
+        return .create(create)
+    }
+
+    static func add(_ member: PublicIdentity, as role: GroupRole) -> WireGroupCommit.OneOf_Action {
+        add(member.wireBundle, wireRole: role.wire)
+    }
+
+    static func add(_ bundle: WireKeyBundle, wireRole: WireGroupRole) -> WireGroupCommit.OneOf_Action {
+        var add = WireAddMember()
+        add.member = bundle
+        add.role = wireRole
+        return .addMember(add)
+    }
+
+    static func remove(_ inbox: InboxID) -> WireGroupCommit.OneOf_Action { remove(text: inbox.rawValue) }
+
+    static func remove(text: String) -> WireGroupCommit.OneOf_Action {
+        var remove = WireRemoveMember()
+        remove.inboxID = text
+        return .removeMember(remove)
+    }
+
+    static func changeRole(_ inbox: InboxID, to role: GroupRole) -> WireGroupCommit.OneOf_Action {
+        changeRole(inbox, wireRole: role.wire)
+    }
+
+    static func changeRole(_ inbox: InboxID, wireRole: WireGroupRole) -> WireGroupCommit.OneOf_Action {
+        var change = WireChangeRole()
+        change.inboxID = inbox.rawValue
+        change.role = wireRole
+        return .changeRole(change)
+    }
+
+    static let leave = WireGroupCommit.OneOf_Action.leave(WireLeaveGroup())
+    static let rekey = WireGroupCommit.OneOf_Action.rekey(WireRekey())
+
+    static func updateProfile(_ name: String, _ description: String = "") -> WireGroupCommit.OneOf_Action {
+        var update = WireUpdateProfile()
+        update.profile = profile(name, description)
+        return .updateProfile(update)
+    }
+
+    /// Seals a new key to `members` for the epoch `commit` starts, and
+    /// attaches it with its commitment.
+    @discardableResult
+    static func attachFreshKey(
+        to commit: inout WireGroupCommit, for members: [PublicIdentity]
+    ) throws
+        -> GroupFreshKey
+    {
+        let key = EpochKeys.newKey()
+        let sealed = try EpochKeys.seal(key, to: members, groupID: commit.groupID, epoch: commit.epoch + 1)
+        let fresh = GroupFreshKey(key: key, sealed: sealed, commitment: EpochKeys.commitment(to: key))
+        commit.epochKeys = fresh.sealed
+        commit.epochKeyCommitment = fresh.commitment
+        return fresh
+    }
+
+    static func signed(_ commit: WireGroupCommit, by identity: Identity) -> WireSignedGroupCommit {
+        VerifiedGroupCommit.sign(commit, by: identity)
+    }
+
+    /// Signs and verifies: what a member's client hands to `apply`.
+    static func verified(_ commit: WireGroupCommit, by identity: Identity) throws -> VerifiedGroupCommit {
+        try VerifiedGroupCommit.verify(signed(commit, by: identity))
+    }
+
+    /// The log entry bytes a relay would carry for a commit.
+    static func entryPayload(_ signed: WireSignedGroupCommit) -> Data {
+        var entry = WireGroupLogEntry()
+        entry.commit = signed
+        return FrameCodec.encode(entry)
+    }
+
+    static func envelope(_ payload: Data, seq: UInt64) -> WireEnvelope {
+        var envelope = WireEnvelope()
+        envelope.topic = "group/\(topicID)"
+        envelope.seq = seq
+        envelope.serverTimeMs = 1_700_000_000_000 + Int64(seq)
+        envelope.payload = payload
+        return envelope
+    }
+
+    /// What must hold for every state any reducer reaches.
+    static func invariantViolations(_ state: GroupState, appliedCount: Int) -> [String] {
+        var problems: [String] = []
+        if !state.members.isEmpty, !state.members.values.contains(where: { $0.role == .owner }) {
+            problems.append("members but no owner")
+        }
+        if state.epoch != UInt64(appliedCount) {
+            problems.append("epoch \(state.epoch) after \(appliedCount) applied commits")
+        }
+        if state.appliedCommitIDs.count != appliedCount {
+            problems.append("\(state.appliedCommitIDs.count) applied commit ids after \(appliedCount) commits")
+        }
+        for member in state.members.values {
+            if !GroupRole.allCases.contains(member.role) || GroupRole(wire: member.role.wire) != member.role {
+                problems.append("\(member.inboxID) has an invalid role")
+            }
+            if member.inboxID != member.identity.inboxID { problems.append("member keyed by a foreign inbox") }
+        }
+        for (inbox, member) in state.members where inbox != member.inboxID {
+            problems.append("\(inbox) maps to \(member.inboxID)")
+        }
+        if state.needsRekey, state.members.isEmpty { problems.append("needsRekey on an empty group") }
+        return problems
+    }
+
+    /// A state restored from its snapshot after a wire round trip, as a
+    /// newcomer receives it in a welcome.
+    static func restored(_ state: GroupState) throws -> GroupState {
+        let bytes = FrameCodec.encode(state.snapshot)
+        return try GroupState(
+            snapshot: FrameCodec.decode(WireGroupSnapshot.self, from: bytes, limit: WireLimits.maxPayloadBytes))
+    }
+}
+
+extension GroupState {
+    /// Applies a commit signed by `identity` (real signature, verified).
+    mutating func apply(_ commit: WireGroupCommit, signedBy identity: Identity) throws -> GroupOutcome {
+        apply(try GroupTest.verified(commit, by: identity))
+    }
+}
