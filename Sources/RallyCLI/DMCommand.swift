@@ -33,7 +33,9 @@ struct DMCommand: AsyncParsableCommand {
     struct Read: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Fetch new direct messages and print them.",
-            discussion: "Prints what arrived since the last read. With --follow, stays connected and prints messages as they arrive (one JSON object per line with --json).")
+            discussion:
+                "Prints what arrived since the last read. With --follow, stays connected and prints messages as they arrive (one JSON object per line with --json)."
+        )
 
         @OptionGroup var options: ClientOptions
         @Flag(help: "Stay connected and print messages as they arrive.") var follow = false

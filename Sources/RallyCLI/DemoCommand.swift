@@ -79,14 +79,18 @@ struct DemoCommand: AsyncParsableCommand {
         say("alice      → Picnic: \"Saturday at noon?\" (one envelope on the relay for everyone)")
         for (member, name) in [(bob, "bob"), (carol, "carol")] {
             for message in try await member.syncGroup(group.groupID).messages {
-                say("\(name.padding(toLength: 10, withPad: " ", startingAt: 0)) ← Picnic/\(message.senderName): \"\(message.displayText)\"")
+                say(
+                    "\(name.padding(toLength: 10, withPad: " ", startingAt: 0)) ← Picnic/\(message.senderName): \"\(message.displayText)\""
+                )
             }
         }
         let after = try await alice.removeMember(carol.inboxID, from: group.groupID).state
         say("alice      removed carol: new epoch \(after.epoch) with a fresh key sealed to alice and bob only")
         _ = try await alice.sendGroupText("Just us two now.", to: group.groupID)
         let carolReport = try await carol.syncGroup(group.groupID)
-        say("carol      reads the group: \(carolReport.messages.count) new messages (she has no key for epoch \(after.epoch))")
+        say(
+            "carol      reads the group: \(carolReport.messages.count) new messages (she has no key for epoch \(after.epoch))"
+        )
         for message in try await bob.syncGroup(group.groupID).messages {
             say("bob        ← Picnic/\(message.senderName): \"\(message.displayText)\"")
         }

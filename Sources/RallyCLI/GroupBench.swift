@@ -22,7 +22,8 @@ struct GroupBench: AsyncParsableCommand {
         let relay = try ChildRelay.start()
         defer { relay.stop() }
         Output.write("relay: separate process pid \(relay.pid) on \(relay.url)")
-        Output.write("members  envelopes/msg  fan-out p50 ms  fan-out max ms  (time until every member decrypted and verified)")
+        Output.write(
+            "members  envelopes/msg  fan-out p50 ms  fan-out max ms  (time until every member decrypted and verified)")
         for size in sizes {
             let result = try await fanOut(members: size, relayURL: relay.url)
             Output.write(
@@ -69,7 +70,8 @@ struct GroupBench: AsyncParsableCommand {
             entry.commit = VerifiedGroupCommit.sign(commit, by: owner)
             let verified = try VerifiedGroupCommit.verify(entry.commit)
             guard case .applied = state.apply(verified) else { throw ValidationError("bench log invalid") }
-            try await Self.publishPatiently(admin, topic: topic, payload: FrameCodec.encode(entry), key: commit.commitID)
+            try await Self.publishPatiently(
+                admin, topic: topic, payload: FrameCodec.encode(entry), key: commit.commitID)
         }
         let head = UInt64(commits.count)
         let key = EpochKeys.newKey()
@@ -108,7 +110,8 @@ struct GroupBench: AsyncParsableCommand {
                 MessageSealing.sign(body, by: owner), key: key, groupID: groupID, epoch: epoch)
             let expectedSeq = head + UInt64(round) + 1
             let start = DispatchTime.now().uptimeNanoseconds
-            let ack = try await admin.publish(topic: topic, payload: FrameCodec.encode(entry), idempotencyKey: body.messageID)
+            let ack = try await admin.publish(
+                topic: topic, payload: FrameCodec.encode(entry), idempotencyKey: body.messageID)
             envelopes = ack.seq - head
             let finish = try await withThrowingTaskGroup(of: UInt64.self) { group in
                 for stream in streams {
@@ -176,7 +179,8 @@ struct GroupBench: AsyncParsableCommand {
 
     /// Set-up traffic exceeds the per-connection publish rate on purpose;
     /// wait out the limit instead of failing.
-    static func publishPatiently(_ connection: RelayConnection, topic: TopicName, payload: Data, key: Data) async throws {
+    static func publishPatiently(_ connection: RelayConnection, topic: TopicName, payload: Data, key: Data) async throws
+    {
         while true {
             do {
                 _ = try await connection.publish(topic: topic, payload: payload, idempotencyKey: key)

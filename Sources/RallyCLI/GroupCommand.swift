@@ -38,7 +38,9 @@ struct GroupCommand: AsyncParsableCommand {
         let role: String
         let status: String
 
-        var human: String { "\(inboxId)  \(name.padding(toLength: 16, withPad: " ", startingAt: 0))  \(role)  \(status)" }
+        var human: String {
+            "\(inboxId)  \(name.padding(toLength: 16, withPad: " ", startingAt: 0))  \(role)  \(status)"
+        }
     }
 
     static func open(_ options: ClientOptions) throws -> RallyClient {
@@ -170,7 +172,8 @@ struct GroupCommand: AsyncParsableCommand {
     }
 
     struct Members: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "List a group's members: inbox id, name, role, status.")
+        static let configuration = CommandConfiguration(
+            abstract: "List a group's members: inbox id, name, role, status.")
         @OptionGroup var options: ClientOptions
         @Argument(help: "Group id (or a unique prefix, or the name).") var group: String
 
@@ -182,12 +185,15 @@ struct GroupCommand: AsyncParsableCommand {
             await client.disconnect()
             let record = try await client.group(groupID)
             let members = record.state.sortedMembers.map {
-                MemberJSON(inboxId: $0.inboxID.rawValue, name: $0.identity.displayName, role: $0.role.description, status: "active")
+                MemberJSON(
+                    inboxId: $0.inboxID.rawValue, name: $0.identity.displayName, role: $0.role.description,
+                    status: "active")
             }
             if options.json {
                 options.output.emit(members) { "" }
             } else {
-                Output.write("\(record.state.profile.name) — epoch \(record.state.epoch), you are \(record.status.rawValue)")
+                Output.write(
+                    "\(record.state.profile.name) — epoch \(record.state.epoch), you are \(record.status.rawValue)")
                 for member in members { Output.write(member.human) }
             }
         }

@@ -72,7 +72,10 @@ struct MessageJSON: Encodable {
 
     static func human(_ message: StoredMessage) -> String {
         let time = ISO8601DateFormatter.rally.string(from: message.sentAt)
-        let who = message.outgoing ? "me → \(message.conversation.prefix(8))…" : "\(message.senderName) (\(message.sender.rawValue.prefix(8))…)"
+        let who =
+            message.outgoing
+            ? "me → \(message.conversation.prefix(8))…"
+            : "\(message.senderName) (\(message.sender.rawValue.prefix(8))…)"
         let marker = message.isKnownType ? "" : " [\(message.contentType)]"
         return "[\(time)] \(who): \(message.displayText)\(marker)"
     }

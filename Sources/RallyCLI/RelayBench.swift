@@ -86,7 +86,8 @@ struct RelayBench: AsyncParsableCommand {
                         var body = Data(count: payloadSize)
                         let stamp = DispatchTime.now().uptimeNanoseconds
                         withUnsafeBytes(of: stamp) { body.replaceSubrange(0..<8, with: $0) }
-                        _ = try await publisher.publish(topic: topic, payload: body, idempotencyKey: MessageSealing.newMessageID())
+                        _ = try await publisher.publish(
+                            topic: topic, payload: body, idempotencyKey: MessageSealing.newMessageID())
                     }
                     return []
                 }

@@ -25,7 +25,9 @@ public enum EpochKeys {
     }
 
     /// Seals `key` to each member for the epoch it starts.
-    public static func seal(_ key: SymmetricKey, to members: [PublicIdentity], groupID: String, epoch: UInt64)
+    public static func seal(
+        _ key: SymmetricKey, to members: [PublicIdentity], groupID: String, epoch: UInt64
+    )
         throws(RallyCryptoError) -> [WireSealedEpochKey]
     {
         let keyBytes = key.withUnsafeBytes { Data($0) }
@@ -33,7 +35,8 @@ public enum EpochKeys {
         sealed.reserveCapacity(members.count)
         for member in members {
             do {
-                var sender = try HPKE.Sender(recipientKey: member.agreementKey, ciphersuite: ciphersuite, info: sealInfo)
+                var sender = try HPKE.Sender(
+                    recipientKey: member.agreementKey, ciphersuite: ciphersuite, info: sealInfo)
                 var entry = WireSealedEpochKey()
                 entry.inboxID = member.inboxID.rawValue
                 entry.ciphertext = try sender.seal(
@@ -83,7 +86,9 @@ public enum EpochKeys {
     }
 
     /// Encrypts a signed group message under an epoch key.
-    public static func encrypt(_ signed: WireSignedMessage, key: SymmetricKey, groupID: String, epoch: UInt64)
+    public static func encrypt(
+        _ signed: WireSignedMessage, key: SymmetricKey, groupID: String, epoch: UInt64
+    )
         throws(RallyCryptoError) -> WireGroupCiphertext
     {
         do {
@@ -100,7 +105,9 @@ public enum EpochKeys {
 
     /// Decrypts and verifies a group message. The caller checks that the
     /// sender was a member allowed to send at that point of the log.
-    public static func decrypt(_ ciphertext: WireGroupCiphertext, key: SymmetricKey, groupID: String)
+    public static func decrypt(
+        _ ciphertext: WireGroupCiphertext, key: SymmetricKey, groupID: String
+    )
         throws(RallyCryptoError) -> VerifiedMessage
     {
         let plaintext: Data

@@ -18,7 +18,9 @@ public enum HTTPAuthorization {
         return "\(scheme) \(key.base64URLEncoded()).\(millis).\(signature.base64URLEncoded())"
     }
 
-    public static func verify(header: String, method: String, path: String, now: Date) throws(RallyCryptoError)
+    public static func verify(
+        header: String, method: String, path: String, now: Date
+    ) throws(RallyCryptoError)
         -> InboxID
     {
         let prefix = scheme + " "
@@ -27,7 +29,8 @@ public enum HTTPAuthorization {
         }
         let parts = header.dropFirst(prefix.count).split(separator: ".", omittingEmptySubsequences: false)
         guard parts.count == 3, let keyBytes = Data(base64URLEncoded: String(parts[0])),
-            !parts[1].isEmpty, parts[1].utf8.allSatisfy({ (48...57).contains($0) }), let millis = Int64(parts[1]), let signature = Data(base64URLEncoded: String(parts[2]))
+            !parts[1].isEmpty, parts[1].utf8.allSatisfy({ (48...57).contains($0) }), let millis = Int64(parts[1]),
+            let signature = Data(base64URLEncoded: String(parts[2]))
         else {
             throw .malformed("authorization header")
         }

@@ -41,10 +41,12 @@ public enum MessageSealing {
     }
 
     /// Seals a signed message to the recipient's agreement key.
-    public static func seal(_ signed: WireSignedMessage, to recipient: PublicIdentity) throws(RallyCryptoError) -> Data {
+    public static func seal(_ signed: WireSignedMessage, to recipient: PublicIdentity) throws(RallyCryptoError) -> Data
+    {
         do {
             var sender = try HPKE.Sender(recipientKey: recipient.agreementKey, ciphersuite: ciphersuite, info: hpkeInfo)
-            let ciphertext = try sender.seal(FrameCodec.encode(signed), authenticating: Data(recipient.inboxID.rawValue.utf8))
+            let ciphertext = try sender.seal(
+                FrameCodec.encode(signed), authenticating: Data(recipient.inboxID.rawValue.utf8))
             var sealed = WireSealedMessage()
             sealed.version = sealVersion
             sealed.encapsulatedKey = sender.encapsulatedKey

@@ -76,7 +76,9 @@ struct CLITests {
         #expect(unreachable.stderr.contains("cannot reach the relay at"))
 
         let relay = try await TestRelay.start()
-        _ = try await RallyBinary.run(["id", "new", "--name", "Y", "--home", homes.path("y").path, "--relay", relay.url.absoluteString])
+        _ = try await RallyBinary.run([
+            "id", "new", "--name", "Y", "--home", homes.path("y").path, "--relay", relay.url.absoluteString,
+        ])
         let badID = try await RallyBinary.run([
             "dm", "send", "not-an-inbox", "hi", "--home", homes.path("y").path, "--relay", relay.url.absoluteString,
         ])
@@ -91,7 +93,8 @@ struct CLITests {
         let homes = TemporaryDirectory("rally-cli")
         defer { homes.remove() }
         let common = ["--relay", relay.url.absoluteString]
-        let bobNew = try await RallyBinary.run(["id", "new", "--name", "Bob", "--json", "--home", homes.path("bob").path] + common)
+        let bobNew = try await RallyBinary.run(
+            ["id", "new", "--name", "Bob", "--json", "--home", homes.path("bob").path] + common)
         let bob = try JSONDecoder().decode(IdentityJSON.self, from: Data(bobNew.stdout.utf8))
         _ = try await RallyBinary.run(["id", "new", "--name", "Alice", "--home", homes.path("alice").path] + common)
 
@@ -104,7 +107,8 @@ struct CLITests {
         let reader = LineReader(out.fileHandleForReading)
         var lines: [String] = []
         for text in ["first", "second"] {
-            let sent = try await RallyBinary.run(["dm", "send", bob.inboxId, text, "--home", homes.path("alice").path] + common)
+            let sent = try await RallyBinary.run(
+                ["dm", "send", bob.inboxId, text, "--home", homes.path("alice").path] + common)
             #expect(sent.status == 0, "\(sent.stderr)")
             if let line = try await reader.nextLine() { lines.append(line) }
         }

@@ -41,7 +41,8 @@ struct GroupCLITests {
         }
         var inboxes: [String: String] = [:]
         for name in ["alice", "bob", "carol"] {
-            inboxes[name] = try json(IdentityJSON.self, try await rally(name, ["id", "new", "--name", name, "--json"])).inboxId
+            inboxes[name] = try json(IdentityJSON.self, try await rally(name, ["id", "new", "--name", name, "--json"]))
+                .inboxId
         }
         let created = try json(GroupJSON.self, try await rally("alice", ["group", "create", "Book club", "--json"]))
         #expect(created.name == "Book club" && created.myRole == "owner" && created.memberCount == 1)
@@ -64,7 +65,8 @@ struct GroupCLITests {
         #expect(members.map(\.name) == ["alice", "carol", "bob"])
         #expect(members.map(\.role) == ["owner", "moderator", "member"])
 
-        let afterRemoval = try json(GroupJSON.self, try await rally("alice", ["group", "remove", group, inboxes["carol"]!, "--json"]))
+        let afterRemoval = try json(
+            GroupJSON.self, try await rally("alice", ["group", "remove", group, inboxes["carol"]!, "--json"]))
         #expect(afterRemoval.memberCount == 2)
         _ = try await rally("alice", ["group", "send", group, "carol is gone"])
         let carolAfter = try json([MessageJSON].self, try await rally("carol", ["group", "read", group, "--json"]))

@@ -1,10 +1,11 @@
 import Crypto
 import Foundation
-@testable import RallyCore
 import RallyCrypto
 import RallyTestSupport
 import RallyWire
 import Testing
+
+@testable import RallyCore
 
 /// A relay and a set of users with their own homes.
 struct GroupWorld {
@@ -117,7 +118,8 @@ struct GroupTests {
         let carolCommit = try await removal(by: carol, of: bob.inboxID, state: carolState)
         let topic = try await bob.group(groupID).topic
         let raw = try await RelayConnection.connect(to: world.relay.url, identity: nil, logger: TestLogger.quiet)
-        async let first = raw.publish(topic: topic, payload: entry(bobCommit, by: bob), idempotencyKey: bobCommit.commitID)
+        async let first = raw.publish(
+            topic: topic, payload: entry(bobCommit, by: bob), idempotencyKey: bobCommit.commitID)
         async let second = raw.publish(
             topic: topic, payload: entry(carolCommit, by: carol), idempotencyKey: carolCommit.commitID)
         let acks = try await [first, second]
@@ -197,7 +199,8 @@ struct GroupTests {
         _ = try await alice.removeMember(erin.inboxID, from: groupID)
         _ = try await alice.sendGroupText("erin left us", to: groupID)
 
-        let bobAgain = try RallyClient.open(home: world.homes.path("bob"), relayURL: world.relay.url, logger: TestLogger.quiet)
+        let bobAgain = try RallyClient.open(
+            home: world.homes.path("bob"), relayURL: world.relay.url, logger: TestLogger.quiet)
         let report = try await bobAgain.syncGroup(groupID)
         #expect(report.messages.map(\.displayText) == ["erin joined", "erin left us"])
         let aliceState = try await alice.group(groupID).state

@@ -16,7 +16,9 @@ struct HostileInputTests {
         await connection.close()
     }
 
-    func sealedText(_ text: String, from sender: Identity, to recipient: PublicIdentity) throws -> (WireMessageBody, Data) {
+    func sealedText(
+        _ text: String, from sender: Identity, to recipient: PublicIdentity
+    ) throws -> (WireMessageBody, Data) {
         var body = WireMessageBody()
         body.messageID = MessageSealing.newMessageID()
         body.sender = sender.publicIdentity.wireBundle
@@ -50,7 +52,8 @@ struct HostileInputTests {
         forgedBody.content = try TextCodec().encode("I am Alice, honest")
         var forged = MessageSealing.sign(forgedBody, by: mallory)
         forged.signature = mallory.sign(.message, forged.body)
-        try await post(try MessageSealing.seal(forged, to: bob.identity.publicIdentity), to: bob.inboxID, relay: relay.url)
+        try await post(
+            try MessageSealing.seal(forged, to: bob.identity.publicIdentity), to: bob.inboxID, relay: relay.url)
 
         // 3. Garbage.
         try await post(Data([0xde, 0xad, 0xbe, 0xef]), to: bob.inboxID, relay: relay.url)
@@ -61,11 +64,12 @@ struct HostileInputTests {
 
         let report = try await bob.syncInbox()
         #expect(report.received.map(\.displayText) == ["genuine"])
-        #expect(report.rejected.map(\.reason) == [
-            .decryptionFailed,
-            .invalidSignature("message from \(alice.inboxID)"),
-            .malformed("sealed message"),
-        ])
+        #expect(
+            report.rejected.map(\.reason) == [
+                .decryptionFailed,
+                .invalidSignature("message from \(alice.inboxID)"),
+                .malformed("sealed message"),
+            ])
         #expect(report.rejected.map(\.seq) == [1, 2, 3])
         #expect(try bob.store.messageCount() == 1)
         // The cursor moved past the rejected envelopes: they are not retried.

@@ -40,13 +40,15 @@ struct RelayGuaranteeTests {
         // flight.
         let publishers = (0..<4).map { worker in
             Task {
-                guard let connection = try? await RelayConnection.connect(
-                    to: relay.url, identity: identity, logger: TestLogger.quiet)
+                guard
+                    let connection = try? await RelayConnection.connect(
+                        to: relay.url, identity: identity, logger: TestLogger.quiet)
                 else { return }
                 for index in 0..<10_000 {
                     let payload = Data("worker \(worker) message \(index)".utf8)
-                    guard let ack = try? await connection.publish(
-                        topic: topic, payload: payload, idempotencyKey: MessageSealing.newMessageID())
+                    guard
+                        let ack = try? await connection.publish(
+                            topic: topic, payload: payload, idempotencyKey: MessageSealing.newMessageID())
                     else { return }
                     await acks.add(ack.seq, payload)
                     progressContinuation.yield(1)
@@ -63,7 +65,7 @@ struct RelayGuaranteeTests {
         #expect(relay.terminationStatus != 0)
 
         let restarted = try await RelayProcess.start(dataDirectory: data)
-        
+
         let reader = try await RelayConnection.connect(to: restarted.url, identity: identity, logger: TestLogger.quiet)
         let stream = await reader.subscribe(topic: topic, after: 0)
         var stored: [WireEnvelope] = []

@@ -76,7 +76,8 @@ extension RallyClient {
     public func createGroup(name: String, description: String = "") async throws(RallyClientError) -> GroupRecord {
         let groupID = Self.randomHex(16)
         let topicID = Self.randomHex(32)
-        let record = GroupRecord(groupID: groupID, topicID: topicID, state: GroupState(groupID: groupID), status: .creating)
+        let record = GroupRecord(
+            groupID: groupID, topicID: topicID, state: GroupState(groupID: groupID), status: .creating)
         var commit = newCommit(groupID: groupID, epoch: 0)
         commit.create.profile.name = name
         commit.create.profile.description_p = description
@@ -93,7 +94,9 @@ extension RallyClient {
 
     // MARK: Membership changes
 
-    public func addMember(_ inbox: InboxID, role: GroupRole = .member, to reference: String) async throws(RallyClientError)
+    public func addMember(
+        _ inbox: InboxID, role: GroupRole = .member, to reference: String
+    ) async throws(RallyClientError)
         -> GroupRecord
     {
         let newcomer = try await lookUp(inbox)
@@ -121,7 +124,9 @@ extension RallyClient {
         return try group(groupID)
     }
 
-    public func changeRole(of inbox: InboxID, to role: GroupRole, in reference: String) async throws(RallyClientError)
+    public func changeRole(
+        of inbox: InboxID, to role: GroupRole, in reference: String
+    ) async throws(RallyClientError)
         -> GroupRecord
     {
         let groupID = try group(reference).groupID
@@ -198,13 +203,17 @@ extension RallyClient {
     }
 
     /// For tests that build conflicting commits by hand.
-    func attachFreshKeyForTest(to commit: inout WireGroupCommit, for members: [GroupMember], state: GroupState)
+    func attachFreshKeyForTest(
+        to commit: inout WireGroupCommit, for members: [GroupMember], state: GroupState
+    )
         throws(RallyClientError)
     {
         try attachFreshKey(to: &commit, for: members, state: state)
     }
 
-    func attachFreshKey(to commit: inout WireGroupCommit, for members: [GroupMember], state: GroupState)
+    func attachFreshKey(
+        to commit: inout WireGroupCommit, for members: [GroupMember], state: GroupState
+    )
         throws(RallyClientError)
     {
         let key = EpochKeys.newKey()
@@ -223,7 +232,9 @@ extension RallyClient {
         try await publishEntry(entry, to: record, key: commit.commitID)
     }
 
-    private func publishEntry(_ entry: WireGroupLogEntry, to record: GroupRecord, key: Data) async throws(RallyClientError) {
+    private func publishEntry(
+        _ entry: WireGroupLogEntry, to record: GroupRecord, key: Data
+    ) async throws(RallyClientError) {
         let payload = FrameCodec.encode(entry)
         guard payload.count <= WireLimits.maxPayloadBytes else {
             throw .messageTooLarge(size: payload.count, limit: WireLimits.maxPayloadBytes)
@@ -259,7 +270,9 @@ extension RallyClient {
     /// Checks a welcome and, if it is sound, stores the group with the
     /// message, in one transaction. A welcome that fails the checks is kept
     /// as a message but opens no group.
-    func acceptWelcome(_ welcome: WireGroupWelcome, message: StoredMessage, topic: TopicName, seq: UInt64)
+    func acceptWelcome(
+        _ welcome: WireGroupWelcome, message: StoredMessage, topic: TopicName, seq: UInt64
+    )
         throws(LocalStoreError) -> Bool
     {
         switch validate(welcome, from: message.sender) {
@@ -369,7 +382,9 @@ extension RallyClient {
         }
     }
 
-    private func ingestGroupEnvelope(_ envelope: WireEnvelope, groupID: String, processor: GroupLogProcessor)
+    private func ingestGroupEnvelope(
+        _ envelope: WireEnvelope, groupID: String, processor: GroupLogProcessor
+    )
         throws(RallyClientError) -> GroupLogEvent
     {
         do {

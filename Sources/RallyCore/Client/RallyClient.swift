@@ -190,7 +190,9 @@ public actor RallyClient {
     /// Signs, seals and posts a message to the recipient's inbox. Retried
     /// publishes reuse the message id as idempotency key, so the recipient
     /// gets it once whatever happens to the acks.
-    public func send<C: ContentCodec>(_ value: C.Value, codec: C, to recipient: InboxID) async throws(RallyClientError)
+    public func send<C: ContentCodec>(
+        _ value: C.Value, codec: C, to recipient: InboxID
+    ) async throws(RallyClientError)
         -> StoredMessage
     {
         let recipientIdentity = try await lookUp(recipient)

@@ -59,7 +59,9 @@ public struct CodecRegistry: Sendable {
         }
     }
 
-    private static func open<C: ContentCodec>(_ content: WireEncodedContent, with codec: C) throws(ContentError)
+    private static func open<C: ContentCodec>(
+        _ content: WireEncodedContent, with codec: C
+    ) throws(ContentError)
         -> DecodedContent
     {
         let value = try codec.decode(content)

@@ -49,7 +49,8 @@ struct GroupLogProcessor {
     ) -> Result {
         let entry: WireGroupLogEntry
         do {
-            entry = try FrameCodec.decode(WireGroupLogEntry.self, from: envelope.payload, limit: WireLimits.maxPayloadBytes)
+            entry = try FrameCodec.decode(
+                WireGroupLogEntry.self, from: envelope.payload, limit: WireLimits.maxPayloadBytes)
         } catch {
             return Result(record: record, event: .rejected(seq: envelope.seq, reason: .malformed(error.description)))
         }
@@ -88,9 +89,10 @@ struct GroupLogProcessor {
                 case .epochAdvanced(let epoch, let commitID, let fresh):
                     guard record.status == .active || record.status == .creating else { break }
                     if let fresh {
-                        newKey = (try? EpochKeys.open(
-                            fresh.sealed, as: identity, groupID: record.groupID, epoch: epoch,
-                            commitment: fresh.commitment)).map { (epoch, $0) }
+                        newKey =
+                            (try? EpochKeys.open(
+                                fresh.sealed, as: identity, groupID: record.groupID, epoch: epoch,
+                                commitment: fresh.commitment)).map { (epoch, $0) }
                     } else if let previous = key(previousEpoch) {
                         newKey = (epoch, EpochKeys.derive(from: previous, epoch: epoch, commitID: commitID))
                     }
@@ -101,7 +103,8 @@ struct GroupLogProcessor {
         }
         return Result(
             record: record, newKey: newKey,
-            event: .commit(seq: seq, commitID: verified.commit.commitID, author: verified.author.inboxID, outcome: outcome))
+            event: .commit(
+                seq: seq, commitID: verified.commit.commitID, author: verified.author.inboxID, outcome: outcome))
     }
 
     private func processMessage(
@@ -122,7 +125,8 @@ struct GroupLogProcessor {
         }
         // Membership is judged at this message's position in the log, the
         // same for every member.
-        guard let member = record.state.members[verified.sender.inboxID], member.identity.hasSameKeys(as: verified.sender)
+        guard let member = record.state.members[verified.sender.inboxID],
+            member.identity.hasSameKeys(as: verified.sender)
         else {
             return reject(.senderNotAMember(verified.sender.inboxID))
         }

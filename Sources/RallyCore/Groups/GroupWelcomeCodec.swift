@@ -18,7 +18,8 @@ public struct GroupWelcomeCodec: ContentCodec {
 
     public func decode(_ content: WireEncodedContent) throws(ContentError) -> WireGroupWelcome {
         do {
-            return try FrameCodec.decode(WireGroupWelcome.self, from: content.content, limit: WireLimits.maxPayloadBytes)
+            return try FrameCodec.decode(
+                WireGroupWelcome.self, from: content.content, limit: WireLimits.maxPayloadBytes)
         } catch {
             throw .malformed(contentType: contentType.description, reason: error.description)
         }

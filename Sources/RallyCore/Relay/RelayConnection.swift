@@ -136,7 +136,9 @@ public actor RelayConnection {
 
     /// Sends a frame and waits for the reply with the same request id. An
     /// error frame becomes `.refused`.
-    public func request(_ frame: WireClientFrame, timeout: Duration = defaultTimeout) async throws(RelayClientError)
+    public func request(
+        _ frame: WireClientFrame, timeout: Duration = defaultTimeout
+    ) async throws(RelayClientError)
         -> WireServerFrame
     {
         if let closedError { throw closedError }

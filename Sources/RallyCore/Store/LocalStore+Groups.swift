@@ -44,7 +44,9 @@ extension LocalStore {
         }
     }
 
-    public func saveNewGroup(_ record: GroupRecord, epochKey: (UInt64, SymmetricKey)?, cursor: UInt64)
+    public func saveNewGroup(
+        _ record: GroupRecord, epochKey: (UInt64, SymmetricKey)?, cursor: UInt64
+    )
         throws(LocalStoreError)
     {
         try write { db in

@@ -206,7 +206,9 @@ public final class LocalStore: Sendable {
 
     /// Messages in the order this client stored them, optionally of one
     /// conversation, optionally only those after a local position.
-    public func messages(conversation: String? = nil, afterOrder: Int64 = 0) throws(LocalStoreError)
+    public func messages(
+        conversation: String? = nil, afterOrder: Int64 = 0
+    ) throws(LocalStoreError)
         -> [StoredMessage]
     {
         try read { db in
