@@ -21,5 +21,7 @@ public enum RelayMain {
             }
             try await tasks.waitForAll()
         }
+        print("rally relay stopped: in-flight commits finished, store closed")
+        fflush(nil)
     }
 }

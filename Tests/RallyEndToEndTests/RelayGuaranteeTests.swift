@@ -82,7 +82,9 @@ struct RelayGuaranteeTests {
             #expect(storedBySeq[seq] == payload, "acknowledged seq \(seq) lost or altered")
         }
         await reader.close()
+        // SIGTERM is a graceful stop: the relay exits cleanly.
         await restarted.kill(signal: SIGTERM)
+        #expect(restarted.terminationStatus == 0)
     }
 
     @Test("A publish retried with the same idempotency key after a lost ack is stored once")
