@@ -25,6 +25,7 @@ public struct CodecRegistry: Sendable {
         var registry = CodecRegistry()
         registry.register(TextCodec())
         registry.register(GroupWelcomeCodec())
+        registry.register(InviteJoinErrorCodec())
         return registry
     }()
 

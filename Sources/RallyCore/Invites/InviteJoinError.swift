@@ -32,7 +32,9 @@ public enum JoinErrorType: String, Sendable, Codable, CaseIterable {
 /// The body of `rally.dev/invite_join_error:1.0`:
 /// `{errorType, inviteTag, timestamp, reason?}`.
 public struct InviteJoinError: Sendable, Equatable {
-    public var errorType: JoinErrorType
+    public var errorType: JoinErrorType {
+        didSet { rawErrorType = errorType.rawValue }
+    }
     /// The raw type as received, kept for logs when it was unknown.
     public var rawErrorType: String
     public var inviteTag: String

@@ -117,7 +117,7 @@ public enum InviteLink {
         components.port = nil
         components.path = ""
         components.query = nil
-        let host = components.host ?? "localhost"
+        let host = components.host.flatMap { $0.isEmpty ? nil : $0 } ?? "localhost"
         return ("rally://join/\(slug)", "https://\(host)/join/\(slug)")
     }
 
@@ -130,7 +130,11 @@ public enum InviteLink {
             throw .tooLong(characters: trimmed.utf8.count, limit: InviteSlug.maxCharacters)
         }
         if trimmed.hasPrefix("rally://join/") {
-            return String(trimmed.dropFirst("rally://join/".count))
+            let slug = String(trimmed.dropFirst("rally://join/".count))
+            guard !slug.isEmpty, !slug.contains("/"), !slug.contains("?"), !slug.contains("#") else {
+                throw .notAnInviteLink(trimmed)
+            }
+            return slug
         }
         if trimmed.hasPrefix("https://") || trimmed.hasPrefix("http://") {
             guard let url = URLComponents(string: trimmed), url.path.hasPrefix("/join/") else {
