@@ -48,29 +48,3 @@ struct RelayFailure: Error, Sendable, Equatable {
         }
     }
 }
-
-extension WireErrorCode {
-    /// Stable lowercase label for metrics and logs.
-    var label: String {
-        switch self {
-        case .unspecified: "unspecified"
-        case .malformedFrame: "malformed_frame"
-        case .frameTooLarge: "frame_too_large"
-        case .notAuthenticated: "not_authenticated"
-        case .authenticationFailed: "authentication_failed"
-        case .authenticationTimeout: "authentication_timeout"
-        case .forbidden: "forbidden"
-        case .rateLimited: "rate_limited"
-        case .payloadTooLarge: "payload_too_large"
-        case .invalidTopic: "invalid_topic"
-        case .notFound: "not_found"
-        case .invalidSignature: "invalid_signature"
-        case .slowConsumer: "slow_consumer"
-        case .tooManySubscriptions: "too_many_subscriptions"
-        case .shuttingDown: "shutting_down"
-        case .internal: "internal"
-        case .invalidRequest: "invalid_request"
-        case .UNRECOGNIZED: "unrecognized"
-        }
-    }
-}

@@ -42,7 +42,7 @@ final class RelayMetrics: Sendable {
         // The registry hands back the same counter for the same labels.
         registry.makeCounter(
             descriptor: Self.name("errors", unit: "total", help: "Error answers sent, by error code."),
-            labels: [("code", code.label)]
+            labels: [("code", code.name)]
         ).increment()
     }
 
