@@ -15,6 +15,7 @@ let package = Package(
         .library(name: "RallyRelay", targets: ["RallyRelay"]),
         .library(name: "RallyCore", targets: ["RallyCore"]),
         .library(name: "RallyViewModels", targets: ["RallyViewModels"]),
+        .library(name: "RallyQR", targets: ["RallyQR"]),
         .executable(name: "rally", targets: ["rally"]),
     ],
     dependencies: [
@@ -77,6 +78,11 @@ let package = Package(
             swiftSettings: strict
         ),
         .target(
+            name: "RallyQR",
+            dependencies: ["CZlib"],
+            swiftSettings: strict
+        ),
+        .target(
             name: "RallyViewModels",
             dependencies: ["RallyCore"],
             swiftSettings: strict
@@ -86,6 +92,7 @@ let package = Package(
             dependencies: [
                 "RallyCore",
                 "RallyRelay",
+                "RallyQR",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -121,6 +128,11 @@ let package = Package(
                 "RallyRelay", "RallyWire", "RallyCrypto", "RallyTestSupport",
                 .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
             ],
+            swiftSettings: strict
+        ),
+        .testTarget(
+            name: "RallyQRTests",
+            dependencies: ["RallyQR", "RallyTestSupport"],
             swiftSettings: strict
         ),
         .testTarget(

@@ -7,6 +7,9 @@ import RallyWire
 public enum EpochKeys {
     public static let keyByteCount = 32
     static let sealInfo = Data("rally-epoch-key-v1".utf8)
+    /// HPKE info for the group's invite seed, sealed to admins the same way
+    /// epoch keys are sealed to members.
+    public static let inviteSeedInfo = Data("rally-invite-seed-v1".utf8)
     static let commitmentDomain = Data("rally-epoch-key-v1".utf8)
     static let deriveInfo = Data("rally-epoch-derive-v1".utf8)
     static let messageDomain = Data("rally-group-message-v1".utf8)
@@ -26,10 +29,11 @@ public enum EpochKeys {
 
     /// Seals `key` to each member for the epoch it starts.
     public static func seal(
-        _ key: SymmetricKey, to members: [PublicIdentity], groupID: String, epoch: UInt64
+        _ key: SymmetricKey, to members: [PublicIdentity], groupID: String, epoch: UInt64, info: Data? = nil
     )
         throws(RallyCryptoError) -> [WireSealedEpochKey]
     {
+        let sealInfo = info ?? sealInfo
         let keyBytes = key.withUnsafeBytes { Data($0) }
         var sealed: [WireSealedEpochKey] = []
         sealed.reserveCapacity(members.count)
@@ -55,6 +59,17 @@ public enum EpochKeys {
     public static func open(
         _ sealed: [WireSealedEpochKey], as identity: Identity, groupID: String, epoch: UInt64, commitment: Data
     ) throws(RallyCryptoError) -> SymmetricKey {
+        let key = try openEntry(sealed, as: identity, groupID: groupID, epoch: epoch, info: sealInfo)
+        guard commitment == Self.commitment(to: key) else { throw .invalidSignature("epoch key commitment") }
+        return key
+    }
+
+    /// Opens the entry sealed to `identity`, without a commitment check (the
+    /// caller checks what the key must match).
+    public static func openEntry(
+        _ sealed: [WireSealedEpochKey], as identity: Identity, groupID: String, epoch: UInt64, info: Data
+    ) throws(RallyCryptoError) -> SymmetricKey {
+        let sealInfo = info
         let inbox = identity.inboxID.rawValue
         guard let entry = sealed.first(where: { $0.inboxID == inbox }) else { throw .wrongRecipient }
         let keyBytes: Data
@@ -68,9 +83,7 @@ public enum EpochKeys {
             throw .decryptionFailed
         }
         guard keyBytes.count == keyByteCount else { throw .malformed("epoch key") }
-        let key = SymmetricKey(data: keyBytes)
-        guard commitment == Self.commitment(to: key) else { throw .invalidSignature("epoch key commitment") }
-        return key
+        return SymmetricKey(data: keyBytes)
     }
 
     /// The key of the next epoch when a commit does not replace it: only

@@ -247,13 +247,23 @@ extension RallyClient {
 
     // MARK: Welcome
 
-    private func sendWelcome(to newcomer: PublicIdentity, groupID: String) async throws(RallyClientError) {
+    /// What a welcome for a member admitted through an invite carries.
+    struct InviteWelcome {
+        let tag: Data
+        let keys: InviteKeys
+    }
+
+    func sendWelcome(
+        to newcomer: PublicIdentity, groupID: String, invite: InviteWelcome? = nil
+    ) async throws(RallyClientError) {
         let record = try group(groupID)
         let cursor: UInt64
         let key: SymmetricKey?
+        let seed: SymmetricKey?
         do {
             cursor = try store.cursor(for: record.topic)
             key = try store.epochKey(group: groupID, epoch: record.state.epoch)
+            seed = try store.inviteSeed(group: groupID)
         } catch {
             throw .store(error)
         }
@@ -264,25 +274,76 @@ extension RallyClient {
         welcome.snapshotSeq = cursor
         welcome.snapshot = record.state.snapshot
         welcome.epochKey = key.withUnsafeBytes { Data($0) }
+        if let invite {
+            welcome.inviteTag = invite.tag.hexString
+            welcome.inviteProof = invite.keys.welcomeProof(
+                tag: invite.tag, groupID: groupID, newcomer: newcomer.inboxID)
+        }
+        // A new admin gets the invite seed, so it can answer join requests.
+        if let seed, let role = record.state.role(of: newcomer.inboxID), role >= .admin {
+            welcome.inviteSeed = seed.withUnsafeBytes { Data($0) }
+        }
         _ = try await send(welcome, codec: GroupWelcomeCodec(), to: newcomer.inboxID)
     }
 
     /// Checks a welcome and, if it is sound, stores the group with the
     /// message, in one transaction. A welcome that fails the checks is kept
-    /// as a message but opens no group.
+    /// as a message but opens no group. A welcome that answers a join
+    /// request (it names an invite tag) must carry the invite identity's
+    /// proof for one of this client's pending joins; then it also finishes
+    /// that join.
     func acceptWelcome(
         _ welcome: WireGroupWelcome, message: StoredMessage, topic: TopicName, seq: UInt64
     )
         throws(LocalStoreError) -> Bool
     {
+        var joinEvent: JoinEventForStore?
+        if !welcome.inviteTag.isEmpty {
+            guard isProvenJoinAnswer(welcome) else {
+                logger.warning("ignoring a welcome from \(message.sender) for a join this client did not ask for")
+                return try store.ingest(topic: topic, seq: seq, message: message)
+            }
+            joinEvent = JoinEventForStore(
+                tag: welcome.inviteTag,
+                event: .welcomeReceived(tag: welcome.inviteTag, groupID: welcome.groupID, from: message.sender))
+        }
         switch validate(welcome, from: message.sender) {
+        case .failure(.alreadyJoined):
+            let existing = joinEvent.map {
+                JoinEventForStore(tag: $0.tag, event: .alreadyMember(groupID: welcome.groupID))
+            }
+            return try store.ingest(topic: topic, seq: seq, message: message, joinEvent: existing)
         case .failure(let reason):
             logger.warning("ignoring group welcome from \(message.sender): \(reason)")
             return try store.ingest(topic: topic, seq: seq, message: message)
         case .success(let record):
+            var inviteSeed: SymmetricKey?
+            if !welcome.inviteSeed.isEmpty, let keys = try? InviteKeys(seed: SymmetricKey(data: welcome.inviteSeed)),
+                let named = record.state.inviteIdentity, keys.identity.publicIdentity.hasSameKeys(as: named)
+            {
+                inviteSeed = keys.seed
+            }
             return try store.ingestWelcome(
                 record, epochKey: (record.state.epoch, SymmetricKey(data: welcome.epochKey)),
-                groupCursor: welcome.snapshotSeq, inboxTopic: topic, inboxSeq: seq, message: message)
+                groupCursor: welcome.snapshotSeq, inboxTopic: topic, inboxSeq: seq, message: message,
+                inviteSeed: inviteSeed, joinEvent: joinEvent)
+        }
+    }
+
+    /// Whether a welcome naming an invite tag answers one of this client's
+    /// unfinished joins: signed by that invite's identity (which only the
+    /// group's admins hold) for this group and this member.
+    private func isProvenJoinAnswer(_ welcome: WireGroupWelcome) -> Bool {
+        guard let tag = Data(hexString: welcome.inviteTag),
+            let attempts = try? store.joinAttempts()
+        else { return false }
+        return attempts.contains { attempt in
+            guard attempt.invite.tag == welcome.inviteTag, !attempt.isFinal,
+                let inviteIdentity = try? store.contact(attempt.invite.inviterInbox)
+            else { return false }
+            return InviteKeys.isValidWelcomeProof(
+                welcome.inviteProof, by: inviteIdentity, tag: tag, groupID: welcome.groupID,
+                newcomer: identity.inboxID)
         }
     }
 
@@ -377,7 +438,7 @@ extension RallyClient {
         let topic = try group(groupID).topic
         let processor = GroupLogProcessor(identity: identity, codecs: codecs)
         try await followTopic(topic, untilCaughtUp: untilCaughtUp) { envelope throws(RallyClientError) in
-            let event = try self.ingestGroupEnvelope(envelope, groupID: groupID, processor: processor)
+            let event = try await self.ingestGroupEnvelope(envelope, groupID: groupID, processor: processor)
             await handler(event)
         }
     }
@@ -398,7 +459,9 @@ extension RallyClient {
             if case .rejected(let seq, let reason) = result.event {
                 logger.warning("group \(groupID): dropped entry #\(seq): \(reason)")
             }
-            try store.ingestGroupEntry(result.record, seq: envelope.seq, epochKey: result.newKey, message: message)
+            try store.ingestGroupEntry(
+                result.record, seq: envelope.seq, epochKey: result.newKey, message: message,
+                inviteSeed: result.inviteSeed)
             return result.event
         } catch let error as RallyClientError {
             throw error

@@ -23,6 +23,9 @@ public actor RallyClient {
     public nonisolated let codecs: CodecRegistry
     let logger: Logger
     private var connection: RelayConnection?
+    /// Clients of the invite identities of groups this identity administers,
+    /// by group id: they read the join requests.
+    var inviteClients: [String: RallyClient] = [:]
     /// Test seam: runs between building a commit and publishing it, so a
     /// test can make another member's commit win the race deterministically.
     var commitRaceHook: (@Sendable (Int) async -> Void)?
@@ -191,7 +194,7 @@ public actor RallyClient {
     /// publishes reuse the message id as idempotency key, so the recipient
     /// gets it once whatever happens to the acks.
     public func send<C: ContentCodec>(
-        _ value: C.Value, codec: C, to recipient: InboxID
+        _ value: C.Value, codec: C, to recipient: InboxID, messageID: Data? = nil, keepCopy: Bool = true
     ) async throws(RallyClientError)
         -> StoredMessage
     {
@@ -205,7 +208,7 @@ public actor RallyClient {
         }
         let now = Date()
         var body = WireMessageBody()
-        body.messageID = MessageSealing.newMessageID()
+        body.messageID = messageID ?? MessageSealing.newMessageID()
         body.sender = identity.publicIdentity.wireBundle
         body.recipient = recipient.rawValue
         body.sentAtMs = LocalStore.millis(now)
@@ -231,6 +234,7 @@ public actor RallyClient {
             senderName: identity.displayName, sentAt: now, receivedAt: now, topic: topic.rawValue, seq: ack.seq,
             contentType: decoded.contentType.description, encodedContent: FrameCodec.encode(content),
             displayText: decoded.displayText, isKnownType: decoded.isKnown)
+        guard keepCopy else { return stored }
         do {
             try store.saveOutgoing(stored)
         } catch {
@@ -273,8 +277,8 @@ public actor RallyClient {
     /// reconnecting (and resubscribing from the cursor) after drops.
     func followTopic(
         _ topic: TopicName, untilCaughtUp: Bool,
-        process: (WireEnvelope) async throws(RallyClientError) -> Void,
-        caughtUp: () async -> Void = {}
+        process: @Sendable (WireEnvelope) async throws(RallyClientError) -> Void,
+        caughtUp: @Sendable () async -> Void = {}
     ) async throws(RallyClientError) {
         var attempt = 0
         while !Task.isCancelled {
@@ -337,7 +341,8 @@ public actor RallyClient {
                 if let welcome = GroupWelcomeCodec.welcome(in: message, codecs: codecs) {
                     isNew = try acceptWelcome(welcome, message: message, topic: topic, seq: envelope.seq)
                 } else {
-                    isNew = try store.ingest(topic: topic, seq: envelope.seq, message: message)
+                    isNew = try store.ingest(
+                        topic: topic, seq: envelope.seq, message: message, joinEvent: joinEvent(in: message))
                 }
                 if isNew { await handler(.message(message)) }
             case .failure(let rejection):

@@ -10,6 +10,7 @@ public enum RallyClientError: Error, Equatable, Sendable, CustomStringConvertibl
     case store(LocalStoreError)
     case content(ContentError)
     case group(GroupClientError)
+    case invite(InviteClientError)
 
     public var description: String {
         switch self {
@@ -25,6 +26,7 @@ public enum RallyClientError: Error, Equatable, Sendable, CustomStringConvertibl
         case .store(let error): error.description
         case .content(let error): error.description
         case .group(let error): error.description
+        case .invite(let error): error.description
         }
     }
 }

@@ -26,6 +26,7 @@ public struct CodecRegistry: Sendable {
         registry.register(TextCodec())
         registry.register(GroupWelcomeCodec())
         registry.register(InviteJoinErrorCodec())
+        registry.register(JoinRequestCodec())
         return registry
     }()
 

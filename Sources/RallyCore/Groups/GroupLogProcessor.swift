@@ -41,6 +41,9 @@ struct GroupLogProcessor {
     struct Result {
         var record: GroupRecord
         var newKey: (UInt64, SymmetricKey)?
+        /// This admin's copy of the group's invite seed, when a commit set
+        /// invites up.
+        var inviteSeed: SymmetricKey?
         var event: GroupLogEvent
     }
 
@@ -77,6 +80,7 @@ struct GroupLogProcessor {
         let previousEpoch = record.state.epoch
         let outcome = record.state.apply(verified)
         var newKey: (UInt64, SymmetricKey)?
+        var inviteSeed: SymmetricKey?
         if case .applied(let effects) = outcome {
             for effect in effects {
                 switch effect {
@@ -96,15 +100,29 @@ struct GroupLogProcessor {
                     } else if let previous = key(previousEpoch) {
                         newKey = (epoch, EpochKeys.derive(from: previous, epoch: epoch, commitID: commitID))
                     }
+                case .invitesSetUp(let sealedSeeds):
+                    inviteSeed = openInviteSeed(sealedSeeds, state: record.state)
                 default:
                     break
                 }
             }
         }
         return Result(
-            record: record, newKey: newKey,
+            record: record, newKey: newKey, inviteSeed: inviteSeed,
             event: .commit(
                 seq: seq, commitID: verified.commit.commitID, author: verified.author.inboxID, outcome: outcome))
+    }
+
+    /// Opens this member's sealed invite seed and keeps it only if it
+    /// really is the seed of the invite identity the group now names.
+    private func openInviteSeed(_ sealed: [WireSealedEpochKey], state: GroupState) -> SymmetricKey? {
+        guard sealed.contains(where: { $0.inboxID == identity.inboxID.rawValue }),
+            let seed = try? EpochKeys.openEntry(
+                sealed, as: identity, groupID: state.groupID, epoch: state.epoch, info: EpochKeys.inviteSeedInfo),
+            let keys = try? InviteKeys(seed: seed), let named = state.inviteIdentity,
+            keys.identity.publicIdentity.hasSameKeys(as: named)
+        else { return nil }
+        return seed
     }
 
     private func processMessage(

@@ -26,6 +26,15 @@ public enum GroupRejection: Error, Sendable, Equatable, CustomStringConvertible 
     case unexpectedEpochKeys
     case emptyAction
     case invalidProfile(String)
+    case exploded
+    case invitesAlreadySetUp
+    case invitesNotSetUp
+    case invalidInviteTag
+    case inviteRevoked
+    case inviteUsedUp
+    case joinRequestAlreadyAdmitted
+    case banned(InboxID)
+    case inviteSeedsMismatch
 
     public var description: String {
         switch self {
@@ -49,6 +58,15 @@ public enum GroupRejection: Error, Sendable, Equatable, CustomStringConvertible 
         case .unexpectedEpochKeys: "this commit may not replace the epoch key"
         case .emptyAction: "commit has no action this client understands"
         case .invalidProfile(let reason): "invalid profile: \(reason)"
+        case .exploded: "the group was exploded"
+        case .invitesAlreadySetUp: "invites are already set up for this group"
+        case .invitesNotSetUp: "invites are not set up for this group"
+        case .invalidInviteTag: "an invite tag is 16 bytes, new and random"
+        case .inviteRevoked: "the invite was revoked"
+        case .inviteUsedUp: "the invite has no uses left"
+        case .joinRequestAlreadyAdmitted: "this join request already admitted someone"
+        case .banned(let inbox): "\(inbox) is banned from the group"
+        case .inviteSeedsMismatch: "the invite seed must be sealed to exactly the group's admins"
         }
     }
 }
@@ -90,12 +108,20 @@ public struct VerifiedGroupCommit: Sendable, Equatable {
 enum GroupRules {
     enum Mutation: Equatable {
         case create(GroupProfile)
-        case add(PublicIdentity, GroupRole)
-        case remove(InboxID)
+        case add(PublicIdentity, GroupRole, Admission?)
+        case remove(InboxID, ban: Bool)
         case setRole(InboxID, GroupRole)
         case leave(InboxID)
         case setProfile(GroupProfile)
         case rekey
+        case setUpInvites(PublicIdentity, tag: Data)
+        case rotateInviteTag(Data)
+        case explode
+    }
+
+    struct Admission: Equatable {
+        let inviteID: Data
+        let joinRequestID: Data
     }
 
     struct Change {
@@ -122,6 +148,7 @@ enum GroupRules {
             return .success(Change(mutation: .create(profile), rekeys: false, effects: [.created]))
         }
         guard state.isCreated else { return .failure(.notCreated) }
+        guard !state.exploded else { return .failure(.exploded) }
         guard commit.epoch == state.epoch else {
             return .failure(.staleEpoch(commit: commit.epoch, current: state.epoch))
         }
@@ -141,15 +168,7 @@ enum GroupRules {
         }
         func keysFor(remaining: Set<InboxID>) -> GroupRejection? {
             guard !commit.epochKeys.isEmpty, commit.epochKeyCommitment.count == 32 else { return .missingEpochKeys }
-            // Canonical spelling only: members look their entry up by the
-            // exact text of their inbox id.
-            let sealedTo = commit.epochKeys.compactMap { entry in
-                (try? InboxID(validating: entry.inboxID)).flatMap { $0.rawValue == entry.inboxID ? $0 : nil }
-            }
-            guard sealedTo.count == commit.epochKeys.count, Set(sealedTo) == remaining,
-                sealedTo.count == remaining.count
-            else { return .epochKeysMismatch }
-            return nil
+            return isSealed(commit.epochKeys, toExactly: remaining) ? nil : .epochKeysMismatch
         }
         let noKeys: GroupRejection? = commit.epochKeys.isEmpty ? nil : .unexpectedEpochKeys
 
@@ -166,8 +185,17 @@ enum GroupRules {
                 return .failure(.invalidTarget(error.description))
             }
             guard state.members[identity.inboxID] == nil else { return .failure(.alreadyMember(identity.inboxID)) }
+            var admission: Admission?
+            if add.hasViaInvite {
+                switch checkAdmission(add.viaInvite, of: identity.inboxID, against: state) {
+                case .failure(let rejection): return .failure(rejection)
+                case .success(let admitted): admission = admitted
+                }
+            }
             return .success(
-                Change(mutation: .add(identity, role), rekeys: false, effects: [.memberAdded(identity.inboxID, role)]))
+                Change(
+                    mutation: .add(identity, role, admission), rekeys: false,
+                    effects: [.memberAdded(identity.inboxID, role)]))
 
         case .removeMember(let remove)?:
             if let problem = require(.admin) { return .failure(problem) }
@@ -180,7 +208,9 @@ enum GroupRules {
             remaining.remove(member.inboxID)
             if let problem = keysFor(remaining: remaining) { return .failure(problem) }
             return .success(
-                Change(mutation: .remove(member.inboxID), rekeys: true, effects: [.memberRemoved(member.inboxID)]))
+                Change(
+                    mutation: .remove(member.inboxID, ban: remove.ban), rekeys: true,
+                    effects: [.memberRemoved(member.inboxID)]))
 
         case .changeRole(let change)?:
             if let problem = require(.admin) ?? noKeys { return .failure(problem) }
@@ -217,9 +247,75 @@ enum GroupRules {
             if let problem = keysFor(remaining: Set(state.members.keys)) { return .failure(problem) }
             return .success(Change(mutation: .rekey, rekeys: true, effects: []))
 
+        case .setUpInvites(let setUp)?:
+            if let problem = require(.admin) ?? noKeys { return .failure(problem) }
+            guard state.inviteIdentity == nil else { return .failure(.invitesAlreadySetUp) }
+            guard setUp.inviteTag.count == inviteTagByteCount else { return .failure(.invalidInviteTag) }
+            let identity: PublicIdentity
+            do {
+                identity = try PublicIdentity(wire: setUp.inviteIdentity)
+            } catch {
+                return .failure(.invalidTarget(error.description))
+            }
+            let admins = Set(state.members.values.filter { $0.role >= .admin }.map(\.inboxID))
+            guard isSealed(setUp.sealedSeeds, toExactly: admins) else { return .failure(.inviteSeedsMismatch) }
+            return .success(
+                Change(
+                    mutation: .setUpInvites(identity, tag: setUp.inviteTag), rekeys: false,
+                    effects: [.invitesSetUp(sealedSeeds: setUp.sealedSeeds)]))
+
+        case .rotateInviteTag(let rotate)?:
+            if let problem = require(.admin) ?? noKeys { return .failure(problem) }
+            guard state.inviteIdentity != nil else { return .failure(.invitesNotSetUp) }
+            guard rotate.inviteTag.count == inviteTagByteCount, rotate.inviteTag != state.inviteTag else {
+                return .failure(.invalidInviteTag)
+            }
+            return .success(
+                Change(mutation: .rotateInviteTag(rotate.inviteTag), rekeys: false, effects: [.inviteTagRotated]))
+
+        case .explode?:
+            if let problem = require(.owner) ?? noKeys { return .failure(problem) }
+            return .success(Change(mutation: .explode, rekeys: false, effects: [.exploded]))
+
         case .create?, nil:
             return .failure(.emptyAction)
         }
+    }
+
+    static let inviteTagByteCount = 16
+    static let inviteIDByteCount = 16
+
+    /// An admission through an invite holds only under the current tag,
+    /// within the invite's use limit, once per join request, and never for
+    /// a banned inbox. Two admins racing on one single-use invite: the
+    /// second commit finds the use taken.
+    static func checkAdmission(
+        _ admission: WireInviteAdmission, of joiner: InboxID, against state: GroupState
+    ) -> Result<Admission, GroupRejection> {
+        guard state.inviteIdentity != nil else { return .failure(.invitesNotSetUp) }
+        guard admission.inviteID.count == inviteIDByteCount, admission.joinRequestID.count == 16 else {
+            return .failure(.invalidTarget("invite admission"))
+        }
+        guard admission.inviteTag == state.inviteTag else { return .failure(.inviteRevoked) }
+        guard !state.admittedJoinRequests.contains(admission.joinRequestID) else {
+            return .failure(.joinRequestAlreadyAdmitted)
+        }
+        guard !state.banned.contains(joiner) else { return .failure(.banned(joiner)) }
+        if admission.maxUses > 0, state.inviteUses[admission.inviteID, default: 0] >= admission.maxUses {
+            return .failure(.inviteUsedUp)
+        }
+        return .success(Admission(inviteID: admission.inviteID, joinRequestID: admission.joinRequestID))
+    }
+
+    /// Whether `sealed` has one entry per inbox of `recipients`, each under
+    /// its canonical spelling (members look their entry up by the exact
+    /// text of their inbox id).
+    static func isSealed(_ sealed: [WireSealedEpochKey], toExactly recipients: Set<InboxID>) -> Bool {
+        let sealedTo = sealed.compactMap { entry in
+            (try? InboxID(validating: entry.inboxID)).flatMap { $0.rawValue == entry.inboxID ? $0 : nil }
+        }
+        return !sealed.isEmpty && sealedTo.count == sealed.count && Set(sealedTo) == recipients
+            && sealedTo.count == recipients.count
     }
 
     static func hasAnotherOwner(besides inbox: InboxID, in state: GroupState) -> Bool {

@@ -26,6 +26,17 @@ public struct GroupState: Sendable, Equatable {
     /// Every applied commit id, so a commit seen twice (a republished
     /// retry) is applied once.
     public private(set) var appliedCommitIDs: Set<Data> = []
+    /// The group's invite identity, once an admin set invites up.
+    public private(set) var inviteIdentity: PublicIdentity?
+    /// Only invites issued under this tag admit; rotating it revokes the rest.
+    public private(set) var inviteTag = Data()
+    /// How often each invite (by invite id) has admitted someone.
+    public private(set) var inviteUses: [Data: UInt32] = [:]
+    /// Join requests that admitted someone: each admits at most once.
+    public private(set) var admittedJoinRequests: Set<Data> = []
+    public private(set) var banned: Set<InboxID> = []
+    /// An exploded group accepts no further commit.
+    public private(set) var exploded = false
 
     public init(groupID: String) {
         self.groupID = groupID
@@ -69,10 +80,18 @@ public struct GroupState: Sendable, Equatable {
             isCreated = true
             self.profile = profile
             members[author.inboxID] = GroupMember(identity: author, role: .owner, addedBy: nil)
-        case .add(let identity, let role):
+        case .add(let identity, let role, let admission):
             members[identity.inboxID] = GroupMember(identity: identity, role: role, addedBy: author.inboxID)
-        case .remove(let inbox):
+            if let admission {
+                inviteUses[admission.inviteID, default: 0] += 1
+                admittedJoinRequests.insert(admission.joinRequestID)
+            } else {
+                // An admin adding someone by hand lifts a ban.
+                banned.remove(identity.inboxID)
+            }
+        case .remove(let inbox, let ban):
             members[inbox] = nil
+            if ban { banned.insert(inbox) }
         case .setRole(let inbox, let role):
             members[inbox]?.role = role
         case .leave(let inbox):
@@ -81,6 +100,13 @@ public struct GroupState: Sendable, Equatable {
             self.profile = profile
         case .rekey:
             break
+        case .setUpInvites(let identity, let tag):
+            inviteIdentity = identity
+            inviteTag = tag
+        case .rotateInviteTag(let tag):
+            inviteTag = tag
+        case .explode:
+            exploded = true
         }
         if change.rekeys { needsRekey = false }
         if case .leave = change.mutation { needsRekey = !members.isEmpty }
@@ -99,6 +125,21 @@ public struct GroupState: Sendable, Equatable {
         self.isCreated = snapshot.epoch > 0
         self.lastCommitID = snapshot.lastCommitID
         self.appliedCommitIDs = Set(snapshot.appliedCommitIds)
+        if snapshot.hasInviteIdentity {
+            do {
+                inviteIdentity = try PublicIdentity(wire: snapshot.inviteIdentity)
+            } catch {
+                throw .invalidMember("invite identity: \(error.description)")
+            }
+        }
+        inviteTag = snapshot.inviteTag
+        for use in snapshot.inviteUses { inviteUses[use.inviteID] = use.uses }
+        admittedJoinRequests = Set(snapshot.admittedJoinRequests)
+        for text in snapshot.banned {
+            guard let inbox = try? InboxID(validating: text) else { throw .invalidMember("banned inbox id") }
+            banned.insert(inbox)
+        }
+        exploded = snapshot.exploded
         for record in snapshot.members {
             let identity: PublicIdentity
             do {
@@ -123,6 +164,17 @@ public struct GroupState: Sendable, Equatable {
         snapshot.needsRekey = needsRekey
         snapshot.lastCommitID = lastCommitID
         snapshot.appliedCommitIds = appliedCommitIDs.sorted { $0.lexicographicallyPrecedes($1) }
+        if let inviteIdentity { snapshot.inviteIdentity = inviteIdentity.wireBundle }
+        snapshot.inviteTag = inviteTag
+        snapshot.inviteUses = inviteUses.sorted { $0.key.lexicographicallyPrecedes($1.key) }.map { id, uses in
+            var use = WireInviteUse()
+            use.inviteID = id
+            use.uses = uses
+            return use
+        }
+        snapshot.admittedJoinRequests = admittedJoinRequests.sorted { $0.lexicographicallyPrecedes($1) }
+        snapshot.banned = banned.map(\.rawValue).sorted()
+        snapshot.exploded = exploded
         snapshot.members = sortedMembers.map { member in
             var record = WireGroupMemberRecord()
             record.identity = member.identity.wireBundle
@@ -172,6 +224,10 @@ public enum GroupEffect: Sendable, Equatable {
     case memberLeft(InboxID)
     case roleChanged(InboxID, GroupRole)
     case profileChanged
+    /// Invites were set up; admins open their sealed seed from here.
+    case invitesSetUp(sealedSeeds: [WireSealedEpochKey])
+    case inviteTagRotated
+    case exploded
     /// The epoch moved on; with `freshKey` the key was replaced, otherwise
     /// the next key derives from the previous one.
     case epochAdvanced(epoch: UInt64, commitID: Data, freshKey: FreshEpochKey?)

@@ -104,7 +104,8 @@ extension LocalStore {
     /// a new epoch key, a message, and the cursor.
     @discardableResult
     public func ingestGroupEntry(
-        _ record: GroupRecord, seq: UInt64, epochKey: (UInt64, SymmetricKey)?, message: StoredMessage?
+        _ record: GroupRecord, seq: UInt64, epochKey: (UInt64, SymmetricKey)?, message: StoredMessage?,
+        inviteSeed: SymmetricKey? = nil
     ) throws(LocalStoreError) -> Bool {
         try Self.checkSeq(seq)
         return try write { db in
@@ -114,6 +115,7 @@ extension LocalStore {
             if let (epoch, key) = epochKey {
                 try Self.insertKey(key, epoch: epoch, group: record.groupID, db: db)
             }
+            if let inviteSeed { try Self.saveInviteSeed(inviteSeed, group: record.groupID, db: db) }
             var inserted = false
             if let message { inserted = try Self.insert(message, db: db) }
             try Self.setCursor(record.topic, seq: seq, db: db)
@@ -126,7 +128,8 @@ extension LocalStore {
     @discardableResult
     public func ingestWelcome(
         _ record: GroupRecord, epochKey: (UInt64, SymmetricKey), groupCursor: UInt64, inboxTopic: TopicName,
-        inboxSeq: UInt64, message: StoredMessage
+        inboxSeq: UInt64, message: StoredMessage, inviteSeed: SymmetricKey? = nil,
+        joinEvent: JoinEventForStore? = nil
     ) throws(LocalStoreError) -> Bool {
         try Self.checkSeq(groupCursor)
         try Self.checkSeq(inboxSeq)
@@ -141,8 +144,10 @@ extension LocalStore {
                     Self.millis(Date()),
                 ])
             try Self.insertKey(epochKey.1, epoch: epochKey.0, group: record.groupID, db: db)
+            if let inviteSeed { try Self.saveInviteSeed(inviteSeed, group: record.groupID, db: db) }
             try Self.setCursor(record.topic, seq: groupCursor, db: db)
             let inserted = try Self.insert(message, db: db)
+            if let joinEvent { try Self.applyJoinEvent(joinEvent, db: db) }
             try Self.setCursor(inboxTopic, seq: inboxSeq, db: db)
             return inserted
         }

@@ -72,6 +72,7 @@ public final class LocalStore: Sendable {
             try db.create(index: "message_by_conversation", on: "message", columns: ["conversation", "local_order"])
         }
         registerGroupMigrations(&migrator)
+        registerInviteMigrations(&migrator)
         return migrator
     }
 
@@ -157,7 +158,9 @@ public final class LocalStore: Sendable {
     /// neither skip a message nor apply it twice. Returns false when the
     /// message id was already stored (a duplicate).
     @discardableResult
-    public func ingest(topic: TopicName, seq: UInt64, message: StoredMessage?) throws(LocalStoreError) -> Bool {
+    public func ingest(
+        topic: TopicName, seq: UInt64, message: StoredMessage?, joinEvent: JoinEventForStore? = nil
+    ) throws(LocalStoreError) -> Bool {
         try Self.checkSeq(seq)
         if let messageSeq = message?.seq { try Self.checkSeq(messageSeq) }
         return try write { db in
@@ -165,6 +168,9 @@ public final class LocalStore: Sendable {
             if let message {
                 inserted = try Self.insert(message, db: db)
             }
+            // A join answer moves the join attempt in the same transaction
+            // as the cursor, so a crash cannot lose it.
+            if let joinEvent { try Self.applyJoinEvent(joinEvent, db: db) }
             try db.execute(
                 sql: """
                     INSERT INTO cursor (topic, seq) VALUES (?, ?)

@@ -57,4 +57,26 @@ public struct StoredMessage: Sendable, Equatable, Codable {
 
 extension Data {
     public var hexString: String { map { String(format: "%02x", $0) }.joined() }
+
+    /// Lowercase or uppercase hex digits, two per byte; nil otherwise.
+    public init?(hexString: String) {
+        guard hexString.utf8.count.isMultiple(of: 2) else { return nil }
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(hexString.utf8.count / 2)
+        var iterator = hexString.utf8.makeIterator()
+        while let high = iterator.next(), let low = iterator.next() {
+            guard let h = Self.nibble(high), let l = Self.nibble(low) else { return nil }
+            bytes.append(h << 4 | l)
+        }
+        self.init(bytes)
+    }
+
+    private static func nibble(_ c: UInt8) -> UInt8? {
+        switch c {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): c - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): c - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): c - UInt8(ascii: "A") + 10
+        default: nil
+        }
+    }
 }

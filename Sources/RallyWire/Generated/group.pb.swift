@@ -146,95 +146,140 @@ public nonisolated struct WireGroupProfile: Sendable {
 /// A control event. It names the epoch it builds on; applied in log order,
 /// a commit whose epoch is not the group's current epoch is rejected by
 /// every member alike.
-public nonisolated struct WireGroupCommit: Sendable {
+public nonisolated struct WireGroupCommit: @unchecked Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
 
-  public var groupID: String = String()
+  public var groupID: String {
+    get {_storage._groupID}
+    set {_uniqueStorage()._groupID = newValue}
+  }
 
-  public var epoch: UInt64 = 0
+  public var epoch: UInt64 {
+    get {_storage._epoch}
+    set {_uniqueStorage()._epoch = newValue}
+  }
 
   /// 16 random bytes: the same commit seen twice is applied once.
-  public var commitID: Data = Data()
+  public var commitID: Data {
+    get {_storage._commitID}
+    set {_uniqueStorage()._commitID = newValue}
+  }
 
   public var author: WireKeyBundle {
-    get {_author ?? WireKeyBundle()}
-    set {_author = newValue}
+    get {_storage._author ?? WireKeyBundle()}
+    set {_uniqueStorage()._author = newValue}
   }
   /// Returns true if `author` has been explicitly set.
-  public var hasAuthor: Bool {self._author != nil}
+  public var hasAuthor: Bool {_storage._author != nil}
   /// Clears the value of `author`. Subsequent reads from it will return its default value.
-  public mutating func clearAuthor() {self._author = nil}
+  public mutating func clearAuthor() {_uniqueStorage()._author = nil}
 
-  public var createdAtMs: Int64 = 0
+  public var createdAtMs: Int64 {
+    get {_storage._createdAtMs}
+    set {_uniqueStorage()._createdAtMs = newValue}
+  }
 
-  public var action: WireGroupCommit.OneOf_Action? = nil
+  public var action: OneOf_Action? {
+    get {return _storage._action}
+    set {_uniqueStorage()._action = newValue}
+  }
 
   public var create: WireCreateGroup {
     get {
-      if case .create(let v)? = action {return v}
+      if case .create(let v)? = _storage._action {return v}
       return WireCreateGroup()
     }
-    set {action = .create(newValue)}
+    set {_uniqueStorage()._action = .create(newValue)}
   }
 
   public var addMember: WireAddMember {
     get {
-      if case .addMember(let v)? = action {return v}
+      if case .addMember(let v)? = _storage._action {return v}
       return WireAddMember()
     }
-    set {action = .addMember(newValue)}
+    set {_uniqueStorage()._action = .addMember(newValue)}
   }
 
   public var removeMember: WireRemoveMember {
     get {
-      if case .removeMember(let v)? = action {return v}
+      if case .removeMember(let v)? = _storage._action {return v}
       return WireRemoveMember()
     }
-    set {action = .removeMember(newValue)}
+    set {_uniqueStorage()._action = .removeMember(newValue)}
   }
 
   public var changeRole: WireChangeRole {
     get {
-      if case .changeRole(let v)? = action {return v}
+      if case .changeRole(let v)? = _storage._action {return v}
       return WireChangeRole()
     }
-    set {action = .changeRole(newValue)}
+    set {_uniqueStorage()._action = .changeRole(newValue)}
   }
 
   public var leave: WireLeaveGroup {
     get {
-      if case .leave(let v)? = action {return v}
+      if case .leave(let v)? = _storage._action {return v}
       return WireLeaveGroup()
     }
-    set {action = .leave(newValue)}
+    set {_uniqueStorage()._action = .leave(newValue)}
   }
 
   public var updateProfile: WireUpdateProfile {
     get {
-      if case .updateProfile(let v)? = action {return v}
+      if case .updateProfile(let v)? = _storage._action {return v}
       return WireUpdateProfile()
     }
-    set {action = .updateProfile(newValue)}
+    set {_uniqueStorage()._action = .updateProfile(newValue)}
   }
 
   public var rekey: WireRekey {
     get {
-      if case .rekey(let v)? = action {return v}
+      if case .rekey(let v)? = _storage._action {return v}
       return WireRekey()
     }
-    set {action = .rekey(newValue)}
+    set {_uniqueStorage()._action = .rekey(newValue)}
+  }
+
+  public var setUpInvites: WireSetUpInvites {
+    get {
+      if case .setUpInvites(let v)? = _storage._action {return v}
+      return WireSetUpInvites()
+    }
+    set {_uniqueStorage()._action = .setUpInvites(newValue)}
+  }
+
+  public var rotateInviteTag: WireRotateInviteTag {
+    get {
+      if case .rotateInviteTag(let v)? = _storage._action {return v}
+      return WireRotateInviteTag()
+    }
+    set {_uniqueStorage()._action = .rotateInviteTag(newValue)}
+  }
+
+  public var explode: WireExplodeGroup {
+    get {
+      if case .explode(let v)? = _storage._action {return v}
+      return WireExplodeGroup()
+    }
+    set {_uniqueStorage()._action = .explode(newValue)}
   }
 
   /// A fresh epoch key sealed to each member who keeps access. Required when
   /// someone loses access (remove, rekey after a leave); absent otherwise,
   /// and then the next key is derived from the current one.
-  public var epochKeys: [WireSealedEpochKey] = []
+  public var epochKeys: [WireSealedEpochKey] {
+    get {_storage._epochKeys}
+    set {_uniqueStorage()._epochKeys = newValue}
+  }
 
   /// SHA-256 over "rally-epoch-key-v1" and the fresh key, so every member can
   /// check that they were all given the same key.
-  public var epochKeyCommitment: Data = Data()
+  public var epochKeyCommitment: Data {
+    get {_storage._epochKeyCommitment}
+    set {_uniqueStorage()._epochKeyCommitment = newValue}
+  }
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -246,12 +291,15 @@ public nonisolated struct WireGroupCommit: Sendable {
     case leave(WireLeaveGroup)
     case updateProfile(WireUpdateProfile)
     case rekey(WireRekey)
+    case setUpInvites(WireSetUpInvites)
+    case rotateInviteTag(WireRotateInviteTag)
+    case explode(WireExplodeGroup)
 
   }
 
   public init() {}
 
-  fileprivate var _author: WireKeyBundle? = nil
+  fileprivate var _storage = _StorageClass.defaultInstance
 }
 
 public nonisolated struct WireCreateGroup: Sendable {
@@ -291,11 +339,43 @@ public nonisolated struct WireAddMember: Sendable {
 
   public var role: WireGroupRole = .unspecified
 
+  /// Set when the member is admitted through an invite: the group counts
+  /// the invite's uses and each join request is admitted at most once.
+  public var viaInvite: WireInviteAdmission {
+    get {_viaInvite ?? WireInviteAdmission()}
+    set {_viaInvite = newValue}
+  }
+  /// Returns true if `viaInvite` has been explicitly set.
+  public var hasViaInvite: Bool {self._viaInvite != nil}
+  /// Clears the value of `viaInvite`. Subsequent reads from it will return its default value.
+  public mutating func clearViaInvite() {self._viaInvite = nil}
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
 
   fileprivate var _member: WireKeyBundle? = nil
+  fileprivate var _viaInvite: WireInviteAdmission? = nil
+}
+
+public nonisolated struct WireInviteAdmission: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  /// SHA-256 of the signed invite's payload, first 16 bytes.
+  public var inviteID: Data = Data()
+
+  public var inviteTag: Data = Data()
+
+  /// 0 = unlimited; 1 for a single-use invite.
+  public var maxUses: UInt32 = 0
+
+  public var joinRequestID: Data = Data()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
 }
 
 public nonisolated struct WireRemoveMember: Sendable {
@@ -304,6 +384,9 @@ public nonisolated struct WireRemoveMember: Sendable {
   // methods supported on all messages.
 
   public var inboxID: String = String()
+
+  /// Also refuse any later join request from this inbox.
+  public var ban: Bool = false
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -358,6 +441,62 @@ public nonisolated struct WireUpdateProfile: Sendable {
 /// Replaces the epoch key; after a leave any member may do it, otherwise
 /// admins only.
 public nonisolated struct WireRekey: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// Creates the group's invite identity: a key pair only admins hold. Join
+/// requests are sealed to it, invites' group references are encrypted under
+/// a key derived from it, and join errors are signed by it. The 32-byte seed
+/// is sealed to every admin and owner like an epoch key (info
+/// "rally-invite-seed-v1"). See docs/adr/0007-invites.md.
+public nonisolated struct WireSetUpInvites: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var inviteIdentity: WireKeyBundle {
+    get {_inviteIdentity ?? WireKeyBundle()}
+    set {_inviteIdentity = newValue}
+  }
+  /// Returns true if `inviteIdentity` has been explicitly set.
+  public var hasInviteIdentity: Bool {self._inviteIdentity != nil}
+  /// Clears the value of `inviteIdentity`. Subsequent reads from it will return its default value.
+  public mutating func clearInviteIdentity() {self._inviteIdentity = nil}
+
+  public var inviteTag: Data = Data()
+
+  public var sealedSeeds: [WireSealedEpochKey] = []
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+
+  fileprivate var _inviteIdentity: WireKeyBundle? = nil
+}
+
+/// Revokes every outstanding invite: invites carry the tag they were issued
+/// under, and only the current tag admits.
+public nonisolated struct WireRotateInviteTag: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var inviteTag: Data = Data()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// Ends the group for good (owner only): no commit is applied after it and
+/// join requests are answered with conversation_expired.
+public nonisolated struct WireExplodeGroup: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
@@ -428,37 +567,103 @@ public nonisolated struct WireGroupMemberRecord: Sendable {
 }
 
 /// The group state at a point of the log.
-public nonisolated struct WireGroupSnapshot: Sendable {
+public nonisolated struct WireGroupSnapshot: @unchecked Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
 
-  public var groupID: String = String()
+  public var groupID: String {
+    get {_storage._groupID}
+    set {_uniqueStorage()._groupID = newValue}
+  }
 
-  public var epoch: UInt64 = 0
+  public var epoch: UInt64 {
+    get {_storage._epoch}
+    set {_uniqueStorage()._epoch = newValue}
+  }
 
   public var profile: WireGroupProfile {
-    get {_profile ?? WireGroupProfile()}
-    set {_profile = newValue}
+    get {_storage._profile ?? WireGroupProfile()}
+    set {_uniqueStorage()._profile = newValue}
   }
   /// Returns true if `profile` has been explicitly set.
-  public var hasProfile: Bool {self._profile != nil}
+  public var hasProfile: Bool {_storage._profile != nil}
   /// Clears the value of `profile`. Subsequent reads from it will return its default value.
-  public mutating func clearProfile() {self._profile = nil}
+  public mutating func clearProfile() {_uniqueStorage()._profile = nil}
 
-  public var members: [WireGroupMemberRecord] = []
+  public var members: [WireGroupMemberRecord] {
+    get {_storage._members}
+    set {_uniqueStorage()._members = newValue}
+  }
 
-  public var needsRekey: Bool = false
+  public var needsRekey: Bool {
+    get {_storage._needsRekey}
+    set {_uniqueStorage()._needsRekey = newValue}
+  }
 
-  public var lastCommitID: Data = Data()
+  public var lastCommitID: Data {
+    get {_storage._lastCommitID}
+    set {_uniqueStorage()._lastCommitID = newValue}
+  }
 
-  public var appliedCommitIds: [Data] = []
+  public var appliedCommitIds: [Data] {
+    get {_storage._appliedCommitIds}
+    set {_uniqueStorage()._appliedCommitIds = newValue}
+  }
+
+  public var inviteIdentity: WireKeyBundle {
+    get {_storage._inviteIdentity ?? WireKeyBundle()}
+    set {_uniqueStorage()._inviteIdentity = newValue}
+  }
+  /// Returns true if `inviteIdentity` has been explicitly set.
+  public var hasInviteIdentity: Bool {_storage._inviteIdentity != nil}
+  /// Clears the value of `inviteIdentity`. Subsequent reads from it will return its default value.
+  public mutating func clearInviteIdentity() {_uniqueStorage()._inviteIdentity = nil}
+
+  public var inviteTag: Data {
+    get {_storage._inviteTag}
+    set {_uniqueStorage()._inviteTag = newValue}
+  }
+
+  public var inviteUses: [WireInviteUse] {
+    get {_storage._inviteUses}
+    set {_uniqueStorage()._inviteUses = newValue}
+  }
+
+  public var admittedJoinRequests: [Data] {
+    get {_storage._admittedJoinRequests}
+    set {_uniqueStorage()._admittedJoinRequests = newValue}
+  }
+
+  public var banned: [String] {
+    get {_storage._banned}
+    set {_uniqueStorage()._banned = newValue}
+  }
+
+  public var exploded: Bool {
+    get {_storage._exploded}
+    set {_uniqueStorage()._exploded = newValue}
+  }
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
 
-  fileprivate var _profile: WireGroupProfile? = nil
+  fileprivate var _storage = _StorageClass.defaultInstance
+}
+
+public nonisolated struct WireInviteUse: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var inviteID: Data = Data()
+
+  public var uses: UInt32 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
 }
 
 /// Sent by direct message to a new member by the member who added them.
@@ -487,7 +692,16 @@ public nonisolated struct WireGroupWelcome: Sendable {
 
   public var epochKey: Data = Data()
 
+  /// For a member admitted through an invite: the invite's tag (hex) and a
+  /// signature by the group's invite identity over "rally-invite-welcome-v1",
+  /// the tag, the group id and the newcomer's inbox id, so the joiner knows
+  /// the welcome answers its own request.
   public var inviteTag: String = String()
+
+  public var inviteProof: Data = Data()
+
+  /// The invite identity's seed, for a newcomer who is an admin.
+  public var inviteSeed: Data = Data()
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -643,186 +857,287 @@ nonisolated extension WireGroupProfile: SwiftProtobuf.Message, SwiftProtobuf._Me
 
 nonisolated extension WireGroupCommit: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".GroupCommit"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}group_id\0\u{1}epoch\0\u{3}commit_id\0\u{1}author\0\u{3}created_at_ms\0\u{2}\u{5}create\0\u{3}add_member\0\u{3}remove_member\0\u{3}change_role\0\u{1}leave\0\u{3}update_profile\0\u{1}rekey\0\u{4}\u{e}epoch_keys\0\u{3}epoch_key_commitment\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}group_id\0\u{1}epoch\0\u{3}commit_id\0\u{1}author\0\u{3}created_at_ms\0\u{2}\u{5}create\0\u{3}add_member\0\u{3}remove_member\0\u{3}change_role\0\u{1}leave\0\u{3}update_profile\0\u{1}rekey\0\u{3}set_up_invites\0\u{3}rotate_invite_tag\0\u{1}explode\0\u{4}\u{b}epoch_keys\0\u{3}epoch_key_commitment\0")
+
+  fileprivate class _StorageClass {
+    var _groupID: String = String()
+    var _epoch: UInt64 = 0
+    var _commitID: Data = Data()
+    var _author: WireKeyBundle? = nil
+    var _createdAtMs: Int64 = 0
+    var _action: WireGroupCommit.OneOf_Action?
+    var _epochKeys: [WireSealedEpochKey] = []
+    var _epochKeyCommitment: Data = Data()
+
+      // This property is used as the initial default value for new instances of the type.
+      // The type itself is protecting the reference to its storage via CoW semantics.
+      // This will force a copy to be made of this reference when the first mutation occurs;
+      // hence, it is safe to mark this as `nonisolated(unsafe)`.
+      static nonisolated(unsafe) let defaultInstance = _StorageClass()
+
+    private init() {}
+
+    init(copying source: _StorageClass) {
+      _groupID = source._groupID
+      _epoch = source._epoch
+      _commitID = source._commitID
+      _author = source._author
+      _createdAtMs = source._createdAtMs
+      _action = source._action
+      _epochKeys = source._epochKeys
+      _epochKeyCommitment = source._epochKeyCommitment
+    }
+  }
+
+  fileprivate mutating func _uniqueStorage() -> _StorageClass {
+    if !isKnownUniquelyReferenced(&_storage) {
+      _storage = _StorageClass(copying: _storage)
+    }
+    return _storage
+  }
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
-    while let fieldNumber = try decoder.nextFieldNumber() {
-      // The use of inline closures is to circumvent an issue where the compiler
-      // allocates stack space for every case branch when no optimizations are
-      // enabled. https://github.com/apple/swift-protobuf/issues/1034
-      switch fieldNumber {
-      case 1: try { try decoder.decodeSingularStringField(value: &self.groupID) }()
-      case 2: try { try decoder.decodeSingularUInt64Field(value: &self.epoch) }()
-      case 3: try { try decoder.decodeSingularBytesField(value: &self.commitID) }()
-      case 4: try { try decoder.decodeSingularMessageField(value: &self._author) }()
-      case 5: try { try decoder.decodeSingularInt64Field(value: &self.createdAtMs) }()
-      case 10: try {
-        var v: WireCreateGroup?
-        var hadOneofValue = false
-        if let current = self.action {
-          hadOneofValue = true
-          if case .create(let m) = current {v = m}
+    _ = _uniqueStorage()
+    try withExtendedLifetime(_storage) { (_storage: _StorageClass) in
+      while let fieldNumber = try decoder.nextFieldNumber() {
+        // The use of inline closures is to circumvent an issue where the compiler
+        // allocates stack space for every case branch when no optimizations are
+        // enabled. https://github.com/apple/swift-protobuf/issues/1034
+        switch fieldNumber {
+        case 1: try { try decoder.decodeSingularStringField(value: &_storage._groupID) }()
+        case 2: try { try decoder.decodeSingularUInt64Field(value: &_storage._epoch) }()
+        case 3: try { try decoder.decodeSingularBytesField(value: &_storage._commitID) }()
+        case 4: try { try decoder.decodeSingularMessageField(value: &_storage._author) }()
+        case 5: try { try decoder.decodeSingularInt64Field(value: &_storage._createdAtMs) }()
+        case 10: try {
+          var v: WireCreateGroup?
+          var hadOneofValue = false
+          if let current = _storage._action {
+            hadOneofValue = true
+            if case .create(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._action = .create(v)
+          }
+        }()
+        case 11: try {
+          var v: WireAddMember?
+          var hadOneofValue = false
+          if let current = _storage._action {
+            hadOneofValue = true
+            if case .addMember(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._action = .addMember(v)
+          }
+        }()
+        case 12: try {
+          var v: WireRemoveMember?
+          var hadOneofValue = false
+          if let current = _storage._action {
+            hadOneofValue = true
+            if case .removeMember(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._action = .removeMember(v)
+          }
+        }()
+        case 13: try {
+          var v: WireChangeRole?
+          var hadOneofValue = false
+          if let current = _storage._action {
+            hadOneofValue = true
+            if case .changeRole(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._action = .changeRole(v)
+          }
+        }()
+        case 14: try {
+          var v: WireLeaveGroup?
+          var hadOneofValue = false
+          if let current = _storage._action {
+            hadOneofValue = true
+            if case .leave(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._action = .leave(v)
+          }
+        }()
+        case 15: try {
+          var v: WireUpdateProfile?
+          var hadOneofValue = false
+          if let current = _storage._action {
+            hadOneofValue = true
+            if case .updateProfile(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._action = .updateProfile(v)
+          }
+        }()
+        case 16: try {
+          var v: WireRekey?
+          var hadOneofValue = false
+          if let current = _storage._action {
+            hadOneofValue = true
+            if case .rekey(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._action = .rekey(v)
+          }
+        }()
+        case 17: try {
+          var v: WireSetUpInvites?
+          var hadOneofValue = false
+          if let current = _storage._action {
+            hadOneofValue = true
+            if case .setUpInvites(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._action = .setUpInvites(v)
+          }
+        }()
+        case 18: try {
+          var v: WireRotateInviteTag?
+          var hadOneofValue = false
+          if let current = _storage._action {
+            hadOneofValue = true
+            if case .rotateInviteTag(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._action = .rotateInviteTag(v)
+          }
+        }()
+        case 19: try {
+          var v: WireExplodeGroup?
+          var hadOneofValue = false
+          if let current = _storage._action {
+            hadOneofValue = true
+            if case .explode(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._action = .explode(v)
+          }
+        }()
+        case 30: try { try decoder.decodeRepeatedMessageField(value: &_storage._epochKeys) }()
+        case 31: try { try decoder.decodeSingularBytesField(value: &_storage._epochKeyCommitment) }()
+        default: break
         }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.action = .create(v)
-        }
-      }()
-      case 11: try {
-        var v: WireAddMember?
-        var hadOneofValue = false
-        if let current = self.action {
-          hadOneofValue = true
-          if case .addMember(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.action = .addMember(v)
-        }
-      }()
-      case 12: try {
-        var v: WireRemoveMember?
-        var hadOneofValue = false
-        if let current = self.action {
-          hadOneofValue = true
-          if case .removeMember(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.action = .removeMember(v)
-        }
-      }()
-      case 13: try {
-        var v: WireChangeRole?
-        var hadOneofValue = false
-        if let current = self.action {
-          hadOneofValue = true
-          if case .changeRole(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.action = .changeRole(v)
-        }
-      }()
-      case 14: try {
-        var v: WireLeaveGroup?
-        var hadOneofValue = false
-        if let current = self.action {
-          hadOneofValue = true
-          if case .leave(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.action = .leave(v)
-        }
-      }()
-      case 15: try {
-        var v: WireUpdateProfile?
-        var hadOneofValue = false
-        if let current = self.action {
-          hadOneofValue = true
-          if case .updateProfile(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.action = .updateProfile(v)
-        }
-      }()
-      case 16: try {
-        var v: WireRekey?
-        var hadOneofValue = false
-        if let current = self.action {
-          hadOneofValue = true
-          if case .rekey(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.action = .rekey(v)
-        }
-      }()
-      case 30: try { try decoder.decodeRepeatedMessageField(value: &self.epochKeys) }()
-      case 31: try { try decoder.decodeSingularBytesField(value: &self.epochKeyCommitment) }()
-      default: break
       }
     }
   }
 
   public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
-    // The use of inline closures is to circumvent an issue where the compiler
-    // allocates stack space for every if/case branch local when no optimizations
-    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
-    // https://github.com/apple/swift-protobuf/issues/1182
-    if !self.groupID.isEmpty {
-      try visitor.visitSingularStringField(value: self.groupID, fieldNumber: 1)
-    }
-    if self.epoch != 0 {
-      try visitor.visitSingularUInt64Field(value: self.epoch, fieldNumber: 2)
-    }
-    if !self.commitID.isEmpty {
-      try visitor.visitSingularBytesField(value: self.commitID, fieldNumber: 3)
-    }
-    try { if let v = self._author {
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 4)
-    } }()
-    if self.createdAtMs != 0 {
-      try visitor.visitSingularInt64Field(value: self.createdAtMs, fieldNumber: 5)
-    }
-    switch self.action {
-    case .create?: try {
-      guard case .create(let v)? = self.action else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 10)
-    }()
-    case .addMember?: try {
-      guard case .addMember(let v)? = self.action else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 11)
-    }()
-    case .removeMember?: try {
-      guard case .removeMember(let v)? = self.action else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 12)
-    }()
-    case .changeRole?: try {
-      guard case .changeRole(let v)? = self.action else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 13)
-    }()
-    case .leave?: try {
-      guard case .leave(let v)? = self.action else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 14)
-    }()
-    case .updateProfile?: try {
-      guard case .updateProfile(let v)? = self.action else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 15)
-    }()
-    case .rekey?: try {
-      guard case .rekey(let v)? = self.action else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 16)
-    }()
-    case nil: break
-    }
-    if !self.epochKeys.isEmpty {
-      try visitor.visitRepeatedMessageField(value: self.epochKeys, fieldNumber: 30)
-    }
-    if !self.epochKeyCommitment.isEmpty {
-      try visitor.visitSingularBytesField(value: self.epochKeyCommitment, fieldNumber: 31)
+    try withExtendedLifetime(_storage) { (_storage: _StorageClass) in
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every if/case branch local when no optimizations
+      // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+      // https://github.com/apple/swift-protobuf/issues/1182
+      if !_storage._groupID.isEmpty {
+        try visitor.visitSingularStringField(value: _storage._groupID, fieldNumber: 1)
+      }
+      if _storage._epoch != 0 {
+        try visitor.visitSingularUInt64Field(value: _storage._epoch, fieldNumber: 2)
+      }
+      if !_storage._commitID.isEmpty {
+        try visitor.visitSingularBytesField(value: _storage._commitID, fieldNumber: 3)
+      }
+      try { if let v = _storage._author {
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 4)
+      } }()
+      if _storage._createdAtMs != 0 {
+        try visitor.visitSingularInt64Field(value: _storage._createdAtMs, fieldNumber: 5)
+      }
+      switch _storage._action {
+      case .create?: try {
+        guard case .create(let v)? = _storage._action else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 10)
+      }()
+      case .addMember?: try {
+        guard case .addMember(let v)? = _storage._action else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 11)
+      }()
+      case .removeMember?: try {
+        guard case .removeMember(let v)? = _storage._action else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 12)
+      }()
+      case .changeRole?: try {
+        guard case .changeRole(let v)? = _storage._action else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 13)
+      }()
+      case .leave?: try {
+        guard case .leave(let v)? = _storage._action else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 14)
+      }()
+      case .updateProfile?: try {
+        guard case .updateProfile(let v)? = _storage._action else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 15)
+      }()
+      case .rekey?: try {
+        guard case .rekey(let v)? = _storage._action else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 16)
+      }()
+      case .setUpInvites?: try {
+        guard case .setUpInvites(let v)? = _storage._action else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 17)
+      }()
+      case .rotateInviteTag?: try {
+        guard case .rotateInviteTag(let v)? = _storage._action else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 18)
+      }()
+      case .explode?: try {
+        guard case .explode(let v)? = _storage._action else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 19)
+      }()
+      case nil: break
+      }
+      if !_storage._epochKeys.isEmpty {
+        try visitor.visitRepeatedMessageField(value: _storage._epochKeys, fieldNumber: 30)
+      }
+      if !_storage._epochKeyCommitment.isEmpty {
+        try visitor.visitSingularBytesField(value: _storage._epochKeyCommitment, fieldNumber: 31)
+      }
     }
     try unknownFields.traverse(visitor: &visitor)
   }
 
   public static func ==(lhs: WireGroupCommit, rhs: WireGroupCommit) -> Bool {
-    if lhs.groupID != rhs.groupID {return false}
-    if lhs.epoch != rhs.epoch {return false}
-    if lhs.commitID != rhs.commitID {return false}
-    if lhs._author != rhs._author {return false}
-    if lhs.createdAtMs != rhs.createdAtMs {return false}
-    if lhs.action != rhs.action {return false}
-    if lhs.epochKeys != rhs.epochKeys {return false}
-    if lhs.epochKeyCommitment != rhs.epochKeyCommitment {return false}
+    if lhs._storage !== rhs._storage {
+      let storagesAreEqual: Bool = withExtendedLifetime((lhs._storage, rhs._storage)) { (_args: (_StorageClass, _StorageClass)) in
+        let _storage = _args.0
+        let rhs_storage = _args.1
+        if _storage._groupID != rhs_storage._groupID {return false}
+        if _storage._epoch != rhs_storage._epoch {return false}
+        if _storage._commitID != rhs_storage._commitID {return false}
+        if _storage._author != rhs_storage._author {return false}
+        if _storage._createdAtMs != rhs_storage._createdAtMs {return false}
+        if _storage._action != rhs_storage._action {return false}
+        if _storage._epochKeys != rhs_storage._epochKeys {return false}
+        if _storage._epochKeyCommitment != rhs_storage._epochKeyCommitment {return false}
+        return true
+      }
+      if !storagesAreEqual {return false}
+    }
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -864,7 +1179,7 @@ nonisolated extension WireCreateGroup: SwiftProtobuf.Message, SwiftProtobuf._Mes
 
 nonisolated extension WireAddMember: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".AddMember"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}member\0\u{1}role\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}member\0\u{1}role\0\u{3}via_invite\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -874,6 +1189,7 @@ nonisolated extension WireAddMember: SwiftProtobuf.Message, SwiftProtobuf._Messa
       switch fieldNumber {
       case 1: try { try decoder.decodeSingularMessageField(value: &self._member) }()
       case 2: try { try decoder.decodeSingularEnumField(value: &self.role) }()
+      case 3: try { try decoder.decodeSingularMessageField(value: &self._viaInvite) }()
       default: break
       }
     }
@@ -890,12 +1206,61 @@ nonisolated extension WireAddMember: SwiftProtobuf.Message, SwiftProtobuf._Messa
     if self.role != .unspecified {
       try visitor.visitSingularEnumField(value: self.role, fieldNumber: 2)
     }
+    try { if let v = self._viaInvite {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 3)
+    } }()
     try unknownFields.traverse(visitor: &visitor)
   }
 
   public static func ==(lhs: WireAddMember, rhs: WireAddMember) -> Bool {
     if lhs._member != rhs._member {return false}
     if lhs.role != rhs.role {return false}
+    if lhs._viaInvite != rhs._viaInvite {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension WireInviteAdmission: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".InviteAdmission"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}invite_id\0\u{3}invite_tag\0\u{3}max_uses\0\u{3}join_request_id\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularBytesField(value: &self.inviteID) }()
+      case 2: try { try decoder.decodeSingularBytesField(value: &self.inviteTag) }()
+      case 3: try { try decoder.decodeSingularUInt32Field(value: &self.maxUses) }()
+      case 4: try { try decoder.decodeSingularBytesField(value: &self.joinRequestID) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.inviteID.isEmpty {
+      try visitor.visitSingularBytesField(value: self.inviteID, fieldNumber: 1)
+    }
+    if !self.inviteTag.isEmpty {
+      try visitor.visitSingularBytesField(value: self.inviteTag, fieldNumber: 2)
+    }
+    if self.maxUses != 0 {
+      try visitor.visitSingularUInt32Field(value: self.maxUses, fieldNumber: 3)
+    }
+    if !self.joinRequestID.isEmpty {
+      try visitor.visitSingularBytesField(value: self.joinRequestID, fieldNumber: 4)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: WireInviteAdmission, rhs: WireInviteAdmission) -> Bool {
+    if lhs.inviteID != rhs.inviteID {return false}
+    if lhs.inviteTag != rhs.inviteTag {return false}
+    if lhs.maxUses != rhs.maxUses {return false}
+    if lhs.joinRequestID != rhs.joinRequestID {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -903,7 +1268,7 @@ nonisolated extension WireAddMember: SwiftProtobuf.Message, SwiftProtobuf._Messa
 
 nonisolated extension WireRemoveMember: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".RemoveMember"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}inbox_id\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}inbox_id\0\u{1}ban\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -912,6 +1277,7 @@ nonisolated extension WireRemoveMember: SwiftProtobuf.Message, SwiftProtobuf._Me
       // enabled. https://github.com/apple/swift-protobuf/issues/1034
       switch fieldNumber {
       case 1: try { try decoder.decodeSingularStringField(value: &self.inboxID) }()
+      case 2: try { try decoder.decodeSingularBoolField(value: &self.ban) }()
       default: break
       }
     }
@@ -921,11 +1287,15 @@ nonisolated extension WireRemoveMember: SwiftProtobuf.Message, SwiftProtobuf._Me
     if !self.inboxID.isEmpty {
       try visitor.visitSingularStringField(value: self.inboxID, fieldNumber: 1)
     }
+    if self.ban != false {
+      try visitor.visitSingularBoolField(value: self.ban, fieldNumber: 2)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
   public static func ==(lhs: WireRemoveMember, rhs: WireRemoveMember) -> Bool {
     if lhs.inboxID != rhs.inboxID {return false}
+    if lhs.ban != rhs.ban {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -1033,6 +1403,99 @@ nonisolated extension WireRekey: SwiftProtobuf.Message, SwiftProtobuf._MessageIm
   }
 
   public static func ==(lhs: WireRekey, rhs: WireRekey) -> Bool {
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension WireSetUpInvites: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".SetUpInvites"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}invite_identity\0\u{3}invite_tag\0\u{3}sealed_seeds\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularMessageField(value: &self._inviteIdentity) }()
+      case 2: try { try decoder.decodeSingularBytesField(value: &self.inviteTag) }()
+      case 3: try { try decoder.decodeRepeatedMessageField(value: &self.sealedSeeds) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
+    try { if let v = self._inviteIdentity {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 1)
+    } }()
+    if !self.inviteTag.isEmpty {
+      try visitor.visitSingularBytesField(value: self.inviteTag, fieldNumber: 2)
+    }
+    if !self.sealedSeeds.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.sealedSeeds, fieldNumber: 3)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: WireSetUpInvites, rhs: WireSetUpInvites) -> Bool {
+    if lhs._inviteIdentity != rhs._inviteIdentity {return false}
+    if lhs.inviteTag != rhs.inviteTag {return false}
+    if lhs.sealedSeeds != rhs.sealedSeeds {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension WireRotateInviteTag: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".RotateInviteTag"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}invite_tag\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularBytesField(value: &self.inviteTag) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.inviteTag.isEmpty {
+      try visitor.visitSingularBytesField(value: self.inviteTag, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: WireRotateInviteTag, rhs: WireRotateInviteTag) -> Bool {
+    if lhs.inviteTag != rhs.inviteTag {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension WireExplodeGroup: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".ExplodeGroup"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap()
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    // Load everything into unknown fields
+    while try decoder.nextFieldNumber() != nil {}
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: WireExplodeGroup, rhs: WireExplodeGroup) -> Bool {
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -1159,7 +1622,161 @@ nonisolated extension WireGroupMemberRecord: SwiftProtobuf.Message, SwiftProtobu
 
 nonisolated extension WireGroupSnapshot: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".GroupSnapshot"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}group_id\0\u{1}epoch\0\u{1}profile\0\u{1}members\0\u{3}needs_rekey\0\u{3}last_commit_id\0\u{3}applied_commit_ids\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}group_id\0\u{1}epoch\0\u{1}profile\0\u{1}members\0\u{3}needs_rekey\0\u{3}last_commit_id\0\u{3}applied_commit_ids\0\u{3}invite_identity\0\u{3}invite_tag\0\u{3}invite_uses\0\u{3}admitted_join_requests\0\u{1}banned\0\u{1}exploded\0")
+
+  fileprivate class _StorageClass {
+    var _groupID: String = String()
+    var _epoch: UInt64 = 0
+    var _profile: WireGroupProfile? = nil
+    var _members: [WireGroupMemberRecord] = []
+    var _needsRekey: Bool = false
+    var _lastCommitID: Data = Data()
+    var _appliedCommitIds: [Data] = []
+    var _inviteIdentity: WireKeyBundle? = nil
+    var _inviteTag: Data = Data()
+    var _inviteUses: [WireInviteUse] = []
+    var _admittedJoinRequests: [Data] = []
+    var _banned: [String] = []
+    var _exploded: Bool = false
+
+      // This property is used as the initial default value for new instances of the type.
+      // The type itself is protecting the reference to its storage via CoW semantics.
+      // This will force a copy to be made of this reference when the first mutation occurs;
+      // hence, it is safe to mark this as `nonisolated(unsafe)`.
+      static nonisolated(unsafe) let defaultInstance = _StorageClass()
+
+    private init() {}
+
+    init(copying source: _StorageClass) {
+      _groupID = source._groupID
+      _epoch = source._epoch
+      _profile = source._profile
+      _members = source._members
+      _needsRekey = source._needsRekey
+      _lastCommitID = source._lastCommitID
+      _appliedCommitIds = source._appliedCommitIds
+      _inviteIdentity = source._inviteIdentity
+      _inviteTag = source._inviteTag
+      _inviteUses = source._inviteUses
+      _admittedJoinRequests = source._admittedJoinRequests
+      _banned = source._banned
+      _exploded = source._exploded
+    }
+  }
+
+  fileprivate mutating func _uniqueStorage() -> _StorageClass {
+    if !isKnownUniquelyReferenced(&_storage) {
+      _storage = _StorageClass(copying: _storage)
+    }
+    return _storage
+  }
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    _ = _uniqueStorage()
+    try withExtendedLifetime(_storage) { (_storage: _StorageClass) in
+      while let fieldNumber = try decoder.nextFieldNumber() {
+        // The use of inline closures is to circumvent an issue where the compiler
+        // allocates stack space for every case branch when no optimizations are
+        // enabled. https://github.com/apple/swift-protobuf/issues/1034
+        switch fieldNumber {
+        case 1: try { try decoder.decodeSingularStringField(value: &_storage._groupID) }()
+        case 2: try { try decoder.decodeSingularUInt64Field(value: &_storage._epoch) }()
+        case 3: try { try decoder.decodeSingularMessageField(value: &_storage._profile) }()
+        case 4: try { try decoder.decodeRepeatedMessageField(value: &_storage._members) }()
+        case 5: try { try decoder.decodeSingularBoolField(value: &_storage._needsRekey) }()
+        case 6: try { try decoder.decodeSingularBytesField(value: &_storage._lastCommitID) }()
+        case 7: try { try decoder.decodeRepeatedBytesField(value: &_storage._appliedCommitIds) }()
+        case 8: try { try decoder.decodeSingularMessageField(value: &_storage._inviteIdentity) }()
+        case 9: try { try decoder.decodeSingularBytesField(value: &_storage._inviteTag) }()
+        case 10: try { try decoder.decodeRepeatedMessageField(value: &_storage._inviteUses) }()
+        case 11: try { try decoder.decodeRepeatedBytesField(value: &_storage._admittedJoinRequests) }()
+        case 12: try { try decoder.decodeRepeatedStringField(value: &_storage._banned) }()
+        case 13: try { try decoder.decodeSingularBoolField(value: &_storage._exploded) }()
+        default: break
+        }
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    try withExtendedLifetime(_storage) { (_storage: _StorageClass) in
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every if/case branch local when no optimizations
+      // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+      // https://github.com/apple/swift-protobuf/issues/1182
+      if !_storage._groupID.isEmpty {
+        try visitor.visitSingularStringField(value: _storage._groupID, fieldNumber: 1)
+      }
+      if _storage._epoch != 0 {
+        try visitor.visitSingularUInt64Field(value: _storage._epoch, fieldNumber: 2)
+      }
+      try { if let v = _storage._profile {
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 3)
+      } }()
+      if !_storage._members.isEmpty {
+        try visitor.visitRepeatedMessageField(value: _storage._members, fieldNumber: 4)
+      }
+      if _storage._needsRekey != false {
+        try visitor.visitSingularBoolField(value: _storage._needsRekey, fieldNumber: 5)
+      }
+      if !_storage._lastCommitID.isEmpty {
+        try visitor.visitSingularBytesField(value: _storage._lastCommitID, fieldNumber: 6)
+      }
+      if !_storage._appliedCommitIds.isEmpty {
+        try visitor.visitRepeatedBytesField(value: _storage._appliedCommitIds, fieldNumber: 7)
+      }
+      try { if let v = _storage._inviteIdentity {
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 8)
+      } }()
+      if !_storage._inviteTag.isEmpty {
+        try visitor.visitSingularBytesField(value: _storage._inviteTag, fieldNumber: 9)
+      }
+      if !_storage._inviteUses.isEmpty {
+        try visitor.visitRepeatedMessageField(value: _storage._inviteUses, fieldNumber: 10)
+      }
+      if !_storage._admittedJoinRequests.isEmpty {
+        try visitor.visitRepeatedBytesField(value: _storage._admittedJoinRequests, fieldNumber: 11)
+      }
+      if !_storage._banned.isEmpty {
+        try visitor.visitRepeatedStringField(value: _storage._banned, fieldNumber: 12)
+      }
+      if _storage._exploded != false {
+        try visitor.visitSingularBoolField(value: _storage._exploded, fieldNumber: 13)
+      }
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: WireGroupSnapshot, rhs: WireGroupSnapshot) -> Bool {
+    if lhs._storage !== rhs._storage {
+      let storagesAreEqual: Bool = withExtendedLifetime((lhs._storage, rhs._storage)) { (_args: (_StorageClass, _StorageClass)) in
+        let _storage = _args.0
+        let rhs_storage = _args.1
+        if _storage._groupID != rhs_storage._groupID {return false}
+        if _storage._epoch != rhs_storage._epoch {return false}
+        if _storage._profile != rhs_storage._profile {return false}
+        if _storage._members != rhs_storage._members {return false}
+        if _storage._needsRekey != rhs_storage._needsRekey {return false}
+        if _storage._lastCommitID != rhs_storage._lastCommitID {return false}
+        if _storage._appliedCommitIds != rhs_storage._appliedCommitIds {return false}
+        if _storage._inviteIdentity != rhs_storage._inviteIdentity {return false}
+        if _storage._inviteTag != rhs_storage._inviteTag {return false}
+        if _storage._inviteUses != rhs_storage._inviteUses {return false}
+        if _storage._admittedJoinRequests != rhs_storage._admittedJoinRequests {return false}
+        if _storage._banned != rhs_storage._banned {return false}
+        if _storage._exploded != rhs_storage._exploded {return false}
+        return true
+      }
+      if !storagesAreEqual {return false}
+    }
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension WireInviteUse: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".InviteUse"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}invite_id\0\u{1}uses\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1167,55 +1784,26 @@ nonisolated extension WireGroupSnapshot: SwiftProtobuf.Message, SwiftProtobuf._M
       // allocates stack space for every case branch when no optimizations are
       // enabled. https://github.com/apple/swift-protobuf/issues/1034
       switch fieldNumber {
-      case 1: try { try decoder.decodeSingularStringField(value: &self.groupID) }()
-      case 2: try { try decoder.decodeSingularUInt64Field(value: &self.epoch) }()
-      case 3: try { try decoder.decodeSingularMessageField(value: &self._profile) }()
-      case 4: try { try decoder.decodeRepeatedMessageField(value: &self.members) }()
-      case 5: try { try decoder.decodeSingularBoolField(value: &self.needsRekey) }()
-      case 6: try { try decoder.decodeSingularBytesField(value: &self.lastCommitID) }()
-      case 7: try { try decoder.decodeRepeatedBytesField(value: &self.appliedCommitIds) }()
+      case 1: try { try decoder.decodeSingularBytesField(value: &self.inviteID) }()
+      case 2: try { try decoder.decodeSingularUInt32Field(value: &self.uses) }()
       default: break
       }
     }
   }
 
   public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
-    // The use of inline closures is to circumvent an issue where the compiler
-    // allocates stack space for every if/case branch local when no optimizations
-    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
-    // https://github.com/apple/swift-protobuf/issues/1182
-    if !self.groupID.isEmpty {
-      try visitor.visitSingularStringField(value: self.groupID, fieldNumber: 1)
+    if !self.inviteID.isEmpty {
+      try visitor.visitSingularBytesField(value: self.inviteID, fieldNumber: 1)
     }
-    if self.epoch != 0 {
-      try visitor.visitSingularUInt64Field(value: self.epoch, fieldNumber: 2)
-    }
-    try { if let v = self._profile {
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 3)
-    } }()
-    if !self.members.isEmpty {
-      try visitor.visitRepeatedMessageField(value: self.members, fieldNumber: 4)
-    }
-    if self.needsRekey != false {
-      try visitor.visitSingularBoolField(value: self.needsRekey, fieldNumber: 5)
-    }
-    if !self.lastCommitID.isEmpty {
-      try visitor.visitSingularBytesField(value: self.lastCommitID, fieldNumber: 6)
-    }
-    if !self.appliedCommitIds.isEmpty {
-      try visitor.visitRepeatedBytesField(value: self.appliedCommitIds, fieldNumber: 7)
+    if self.uses != 0 {
+      try visitor.visitSingularUInt32Field(value: self.uses, fieldNumber: 2)
     }
     try unknownFields.traverse(visitor: &visitor)
   }
 
-  public static func ==(lhs: WireGroupSnapshot, rhs: WireGroupSnapshot) -> Bool {
-    if lhs.groupID != rhs.groupID {return false}
-    if lhs.epoch != rhs.epoch {return false}
-    if lhs._profile != rhs._profile {return false}
-    if lhs.members != rhs.members {return false}
-    if lhs.needsRekey != rhs.needsRekey {return false}
-    if lhs.lastCommitID != rhs.lastCommitID {return false}
-    if lhs.appliedCommitIds != rhs.appliedCommitIds {return false}
+  public static func ==(lhs: WireInviteUse, rhs: WireInviteUse) -> Bool {
+    if lhs.inviteID != rhs.inviteID {return false}
+    if lhs.uses != rhs.uses {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -1223,7 +1811,7 @@ nonisolated extension WireGroupSnapshot: SwiftProtobuf.Message, SwiftProtobuf._M
 
 nonisolated extension WireGroupWelcome: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".GroupWelcome"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}group_id\0\u{3}topic_id\0\u{3}snapshot_seq\0\u{1}snapshot\0\u{3}epoch_key\0\u{3}invite_tag\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}group_id\0\u{3}topic_id\0\u{3}snapshot_seq\0\u{1}snapshot\0\u{3}epoch_key\0\u{3}invite_tag\0\u{3}invite_proof\0\u{3}invite_seed\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1237,6 +1825,8 @@ nonisolated extension WireGroupWelcome: SwiftProtobuf.Message, SwiftProtobuf._Me
       case 4: try { try decoder.decodeSingularMessageField(value: &self._snapshot) }()
       case 5: try { try decoder.decodeSingularBytesField(value: &self.epochKey) }()
       case 6: try { try decoder.decodeSingularStringField(value: &self.inviteTag) }()
+      case 7: try { try decoder.decodeSingularBytesField(value: &self.inviteProof) }()
+      case 8: try { try decoder.decodeSingularBytesField(value: &self.inviteSeed) }()
       default: break
       }
     }
@@ -1265,6 +1855,12 @@ nonisolated extension WireGroupWelcome: SwiftProtobuf.Message, SwiftProtobuf._Me
     if !self.inviteTag.isEmpty {
       try visitor.visitSingularStringField(value: self.inviteTag, fieldNumber: 6)
     }
+    if !self.inviteProof.isEmpty {
+      try visitor.visitSingularBytesField(value: self.inviteProof, fieldNumber: 7)
+    }
+    if !self.inviteSeed.isEmpty {
+      try visitor.visitSingularBytesField(value: self.inviteSeed, fieldNumber: 8)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -1275,6 +1871,8 @@ nonisolated extension WireGroupWelcome: SwiftProtobuf.Message, SwiftProtobuf._Me
     if lhs._snapshot != rhs._snapshot {return false}
     if lhs.epochKey != rhs.epochKey {return false}
     if lhs.inviteTag != rhs.inviteTag {return false}
+    if lhs.inviteProof != rhs.inviteProof {return false}
+    if lhs.inviteSeed != rhs.inviteSeed {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

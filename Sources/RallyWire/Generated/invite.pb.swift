@@ -46,10 +46,13 @@ public nonisolated struct WireInvitePayload: Sendable {
   /// Clears the value of `issuer`. Subsequent reads from it will return its default value.
   public mutating func clearIssuer() {self._issuer = nil}
 
-  /// The group's identity sealed so only its admins can read it.
+  /// The group id, encrypted (ChaCha20-Poly1305, aad = "rally-invite-ref-v1",
+  /// tag and issuer inbox id) under a key derived from the group's invite
+  /// seed: only admins can read it, and only admins can make one.
   public var groupReference: Data = Data()
 
-  /// Where join requests go: the issuer's inbox id.
+  /// Where join requests go: the inbox of the group's invite identity,
+  /// which every admin's client reads.
   public var joinInboxID: String = String()
 
   public var name: String = String()
@@ -93,6 +96,34 @@ public nonisolated struct WireSignedInvite: Sendable {
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
+}
+
+/// The body of a `rally.dev/invite_join_request:1.0` message, sent by direct
+/// message (signed by the joiner, sealed to the invite identity) to the
+/// invite's join inbox.
+public nonisolated struct WireJoinRequest: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var invite: WireSignedInvite {
+    get {_invite ?? WireSignedInvite()}
+    set {_invite = newValue}
+  }
+  /// Returns true if `invite` has been explicitly set.
+  public var hasInvite: Bool {self._invite != nil}
+  /// Clears the value of `invite`. Subsequent reads from it will return its default value.
+  public mutating func clearInvite() {self._invite = nil}
+
+  /// 16 random bytes, also the message id: the same request seen twice is
+  /// handled once.
+  public var requestID: Data = Data()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+
+  fileprivate var _invite: WireSignedInvite? = nil
 }
 
 // MARK: - Code below here is support for the SwiftProtobuf runtime.
@@ -223,6 +254,45 @@ nonisolated extension WireSignedInvite: SwiftProtobuf.Message, SwiftProtobuf._Me
   public static func ==(lhs: WireSignedInvite, rhs: WireSignedInvite) -> Bool {
     if lhs.payload != rhs.payload {return false}
     if lhs.signature != rhs.signature {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension WireJoinRequest: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".JoinRequest"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}invite\0\u{3}request_id\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularMessageField(value: &self._invite) }()
+      case 2: try { try decoder.decodeSingularBytesField(value: &self.requestID) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
+    try { if let v = self._invite {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 1)
+    } }()
+    if !self.requestID.isEmpty {
+      try visitor.visitSingularBytesField(value: self.requestID, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: WireJoinRequest, rhs: WireJoinRequest) -> Bool {
+    if lhs._invite != rhs._invite {return false}
+    if lhs.requestID != rhs.requestID {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

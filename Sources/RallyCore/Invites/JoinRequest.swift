@@ -1,0 +1,183 @@
+import Crypto
+import Foundation
+import RallyCrypto
+import RallyWire
+
+/// `rally.dev/invite_join_request:1.0`: what a joiner sends to an invite's
+/// join inbox.
+public struct JoinRequestCodec: ContentCodec {
+    public static let contentType = ContentTypeID(
+        authority: "rally.dev", type: "invite_join_request", major: 1, minor: 0)
+    public var contentType: ContentTypeID { Self.contentType }
+    /// A request is an invite (at most a slug's worth) plus an id.
+    public static let maxBodyBytes = InviteSlug.maxInflatedBytes + 64
+
+    public init() {}
+
+    public func encode(_ value: WireJoinRequest) throws(ContentError) -> WireEncodedContent {
+        var content = WireEncodedContent()
+        content.type = contentType.wire
+        content.content = FrameCodec.encode(value)
+        return content
+    }
+
+    public func decode(_ content: WireEncodedContent) throws(ContentError) -> WireJoinRequest {
+        guard content.content.count <= Self.maxBodyBytes else {
+            throw .tooLarge(size: content.content.count, limit: Self.maxBodyBytes)
+        }
+        do {
+            return try FrameCodec.decode(WireJoinRequest.self, from: content.content, limit: Self.maxBodyBytes)
+        } catch {
+            throw .malformed(contentType: contentType.description, reason: error.description)
+        }
+    }
+
+    public func fallback(for value: WireJoinRequest) -> String? { "Asked to join with an invite" }
+    public func shouldPush(_ value: WireJoinRequest) -> Bool { true }
+    public func summary(of value: WireJoinRequest) -> String { "asked to join with an invite" }
+}
+
+/// The inviter side's decision for one join request, in the order of
+/// checks the product requires. Pure: the shell looks things up, performs
+/// the decision and records it.
+public enum JoinRequestDecision: Sendable, Equatable {
+    /// Handled before (by this client, or admitted by another admin): no
+    /// answer, ever again.
+    case duplicate
+    /// From an inbox this admin blocked: dropped silently.
+    case ignoredBlockedSender
+    /// Malformed or forged: never answered, and the sender is blocked.
+    case block(reason: String)
+    /// Answered with a typed join error.
+    case reject(JoinErrorType, reason: String)
+    /// The joiner is a member already: send a welcome again, so its join
+    /// ends as joined.
+    case alreadyMember(groupID: String, tag: Data)
+    case admit(Admission)
+    /// This client is no longer an admin of the group; another admin
+    /// answers.
+    case notForThisClient(reason: String)
+
+    public struct Admission: Sendable, Equatable {
+        public let groupID: String
+        public let joiner: PublicIdentity
+        public let role: GroupRole
+        public let tag: Data
+        public let inviteID: Data
+        public let maxUses: UInt32
+        public let requestID: Data
+    }
+}
+
+public enum JoinRequestPolicy {
+    /// The facts a decision needs, gathered by the shell.
+    public struct Context: Sendable {
+        public let requestID: Data
+        public let sender: PublicIdentity
+        /// The request's content as received; nil if it is not a join
+        /// request at all.
+        public let request: WireJoinRequest?
+        public let keys: InviteKeys
+        /// The group this invite inbox belongs to.
+        public let groupID: String
+        /// The group as this client knows it; nil when it is not on this
+        /// device.
+        public let group: GroupRecord?
+        public let me: InboxID
+        public let seenBefore: Bool
+        public let senderBlocked: Bool
+        public let now: Date
+
+        public init(
+            requestID: Data, sender: PublicIdentity, request: WireJoinRequest?, keys: InviteKeys, groupID: String,
+            group: GroupRecord?, me: InboxID, seenBefore: Bool, senderBlocked: Bool, now: Date
+        ) {
+            self.requestID = requestID
+            self.sender = sender
+            self.request = request
+            self.keys = keys
+            self.groupID = groupID
+            self.group = group
+            self.me = me
+            self.seenBefore = seenBefore
+            self.senderBlocked = senderBlocked
+            self.now = now
+        }
+    }
+
+    /// The id of an invite for use counting: the first 16 bytes of the
+    /// SHA-256 of its signed payload.
+    public static func inviteID(of signed: WireSignedInvite) -> Data {
+        Data(SHA256.hash(data: signed.payload).prefix(16))
+    }
+
+    public static func decide(_ context: Context) -> JoinRequestDecision {
+        // 1. Duplicate: handled once, ever.
+        if context.seenBefore || context.group?.state.admittedJoinRequests.contains(context.requestID) == true {
+            return .duplicate
+        }
+        if context.senderBlocked { return .ignoredBlockedSender }
+        // 2. Malformed or forged.
+        guard let request = context.request else { return .block(reason: "not a join request") }
+        guard request.requestID == context.requestID else { return .block(reason: "request id does not match") }
+        // Expiry is judged below, in its place in the order.
+        let invite: Invite
+        do {
+            invite = try Invite.verify(request.invite, now: .distantPast)
+        } catch {
+            return .block(reason: "invite: \(error)")
+        }
+        guard invite.payload.joinInboxID == context.keys.identity.inboxID.rawValue else {
+            return .block(reason: "the invite names another join inbox")
+        }
+        guard
+            let groupID = context.keys.openReference(
+                invite.payload.groupReference, tag: invite.tag, issuer: invite.issuer.inboxID),
+            groupID == context.groupID
+        else {
+            return .block(reason: "the invite's group reference was not made by an admin of this group")
+        }
+        // 3. Expired.
+        if let expiresAt = invite.expiresAt, expiresAt <= context.now {
+            return .reject(.genericFailure, reason: "the invite expired")
+        }
+        // 5 before 4 where it must: without the group, revocation is unknowable.
+        guard let group = context.group else {
+            return .reject(.conversationNotFound, reason: "the group is not known here")
+        }
+        let state = group.state
+        guard group.status == .active, let myRole = state.role(of: context.me), myRole >= .admin else {
+            return .notForThisClient(reason: "this client is not an admin of the group")
+        }
+        // 4. Revoked: a rotated tag, or an issuer who is no longer an admin.
+        guard invite.tag == state.inviteTag else { return .reject(.inviteRevoked, reason: "the invite was revoked") }
+        guard let issuerRole = state.role(of: invite.issuer.inboxID), issuerRole >= .admin else {
+            return .reject(.inviteRevoked, reason: "whoever issued the invite is no longer an admin")
+        }
+        // 5. Deleted or exploded.
+        if state.exploded { return .reject(.conversationExpired, reason: "the group was exploded") }
+        let joiner = context.sender
+        if let member = state.members[joiner.inboxID], member.identity.hasSameKeys(as: joiner) {
+            return .alreadyMember(groupID: groupID, tag: invite.tag)
+        }
+        // 6. Used up.
+        let inviteID = inviteID(of: request.invite)
+        let maxUses: UInt32 = invite.payload.singleUse ? 1 : invite.payload.maxUses
+        if maxUses > 0, state.inviteUses[inviteID, default: 0] >= maxUses {
+            return .reject(
+                .singleUseConsumed,
+                reason: maxUses == 1 ? "the single-use invite was used" : "the invite's \(maxUses) uses are used up")
+        }
+        // 7. Banned.
+        if state.banned.contains(joiner.inboxID) {
+            return .reject(.genericFailure, reason: "not allowed to join")
+        }
+        // 8. Admit, with the invite's role but never above the admitting admin's.
+        let granted = GroupRole(wire: invite.payload.role) ?? .member
+        let role = min(max(granted, .observer), myRole, issuerRole)
+        return .admit(
+            .init(
+                groupID: groupID, joiner: joiner, role: role, tag: invite.tag, inviteID: inviteID,
+                maxUses: maxUses, requestID: context.requestID))
+    }
+}

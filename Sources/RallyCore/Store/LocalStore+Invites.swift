@@ -1,0 +1,283 @@
+import Crypto
+import Foundation
+import GRDB
+import RallyCrypto
+import RallyWire
+
+/// A join this identity started with an invite, as persisted between CLI
+/// invocations. The state machine is rebuilt from it and written back
+/// after every event.
+public struct JoinAttempt: Sendable, Equatable, Codable {
+    public enum Phase: String, Sendable, Codable {
+        case validated, joining, awaitingApproval, joined, failed, cancelled
+    }
+
+    /// Hex of the request id, which is also the join request's message id.
+    public let requestID: String
+    public let invite: JoinStateMachine.InviteSummary
+    public let slug: String
+    public var phase: Phase
+    public var groupID: String?
+    public var existing: Bool
+    public var errorType: JoinErrorType?
+    public var reason: String?
+    public let startedAt: Date
+    public var updatedAt: Date
+
+    public var machine: JoinStateMachine {
+        switch phase {
+        case .validated: JoinStateMachine(state: .validated(invite))
+        case .joining: JoinStateMachine(state: .joining(invite))
+        case .awaitingApproval: JoinStateMachine(state: .awaitingApproval(invite))
+        case .joined: JoinStateMachine(state: .joined(groupID: groupID ?? "", existing: existing))
+        case .failed:
+            JoinStateMachine(state: .joinFailed(.rejected(errorType ?? .genericFailure, reason: reason)))
+        case .cancelled: JoinStateMachine(state: .cancelled)
+        }
+    }
+
+    public var isFinal: Bool { machine.state.isFinal }
+
+    /// The user-facing line for the attempt's outcome so far.
+    public var userMessage: String {
+        switch machine.state {
+        case .joined(_, let existing): existing ? "You are already in this conversation" : "Joined"
+        case .joinFailed(let failure): failure.userMessage
+        case .cancelled: "Join cancelled"
+        case .awaitingApproval: "Waiting for approval"
+        default: "Waiting for an admin of the group to answer"
+        }
+    }
+
+    /// Takes the state machine's new state. States the store cannot hold
+    /// (validating, uninitialized, a local validation failure) never reach
+    /// a persisted attempt.
+    mutating func adopt(_ state: JoinStateMachine.State, at date: Date) {
+        updatedAt = date
+        switch state {
+        case .validated: phase = .validated
+        case .joining: phase = .joining
+        case .awaitingApproval: phase = .awaitingApproval
+        case .joined(let groupID, let existing):
+            phase = .joined
+            self.groupID = groupID
+            self.existing = existing
+        case .joinFailed(.rejected(let type, let reason)):
+            phase = .failed
+            errorType = type
+            self.reason = reason
+        case .joinFailed(.invalidInvite(let error)):
+            phase = .failed
+            errorType = .genericFailure
+            reason = error.description
+        case .cancelled: phase = .cancelled
+        case .uninitialized, .validating: break
+        }
+    }
+}
+
+/// A join answer to apply to the attempts it concerns, together with the
+/// message that carried it.
+public struct JoinEventForStore: Sendable {
+    public let tag: String
+    public let event: JoinStateMachine.Event
+}
+
+/// What an admin's client did with one join request, kept so a request is
+/// handled once, ever.
+public enum JoinRequestOutcome: String, Sendable, Codable {
+    case admitted, alreadyMember, rejected, blocked, ignored
+}
+
+extension LocalStore {
+    static func registerInviteMigrations(_ migrator: inout DatabaseMigrator) {
+        migrator.registerMigration("v3-invites") { db in
+            try db.create(table: "invite_seed") { table in
+                table.column("group_id", .text).primaryKey()
+                table.column("seed", .blob).notNull()
+            }
+            try db.create(table: "join_attempt") { table in
+                table.column("request_id", .text).primaryKey()
+                table.column("tag", .text).notNull().indexed()
+                table.column("record", .blob).notNull()
+                table.column("started_at_ms", .integer).notNull()
+            }
+            try db.create(table: "join_request_seen") { table in
+                table.column("request_id", .text).primaryKey()
+                table.column("group_id", .text).notNull()
+                table.column("joiner", .text).notNull()
+                table.column("outcome", .text).notNull()
+                table.column("detail", .text)
+                table.column("at_ms", .integer).notNull()
+            }
+            try db.create(table: "blocked_inbox") { table in
+                table.column("inbox_id", .text).primaryKey()
+                table.column("reason", .text).notNull()
+                table.column("at_ms", .integer).notNull()
+            }
+        }
+    }
+
+    // MARK: Invite seeds (admins)
+
+    static func saveInviteSeed(_ seed: SymmetricKey, group: String, db: Database) throws {
+        try db.execute(
+            sql: "INSERT OR REPLACE INTO invite_seed (group_id, seed) VALUES (?, ?)",
+            arguments: [group, seed.withUnsafeBytes { Data($0) }])
+    }
+
+    public func saveInviteSeed(_ seed: SymmetricKey, group: String) throws(LocalStoreError) {
+        try write { db in try Self.saveInviteSeed(seed, group: group, db: db) }
+    }
+
+    public func inviteSeed(group: String) throws(LocalStoreError) -> SymmetricKey? {
+        try read { db in
+            try Data.fetchOne(db, sql: "SELECT seed FROM invite_seed WHERE group_id = ?", arguments: [group])
+                .map { SymmetricKey(data: $0) }
+        }
+    }
+
+    /// Every group whose invite seed this client holds.
+    public func inviteSeeds() throws(LocalStoreError) -> [(groupID: String, seed: SymmetricKey)] {
+        try read { db in
+            try Row.fetchAll(db, sql: "SELECT group_id, seed FROM invite_seed ORDER BY group_id").map { row in
+                (groupID: row["group_id"] as String, seed: SymmetricKey(data: row["seed"] as Data))
+            }
+        }
+    }
+
+    /// Removes a group from this device (its state, keys and messages). The
+    /// invite seed stays, so requests still arriving for it are answered
+    /// `conversation_not_found` instead of never.
+    public func forgetGroup(_ groupID: String) throws(LocalStoreError) {
+        try write { db in
+            try db.execute(sql: "DELETE FROM group_info WHERE group_id = ?", arguments: [groupID])
+            try db.execute(sql: "DELETE FROM epoch_key WHERE group_id = ?", arguments: [groupID])
+            try db.execute(sql: "DELETE FROM message WHERE conversation = ?", arguments: [groupID])
+        }
+    }
+
+    // MARK: Join attempts (joiner)
+
+    public func saveJoinAttempt(_ attempt: JoinAttempt) throws(LocalStoreError) {
+        try write { db in try Self.saveJoinAttempt(attempt, db: db) }
+    }
+
+    static func saveJoinAttempt(_ attempt: JoinAttempt, db: Database) throws {
+        try db.execute(
+            sql: """
+                INSERT INTO join_attempt (request_id, tag, record, started_at_ms) VALUES (?, ?, ?, ?)
+                ON CONFLICT(request_id) DO UPDATE SET record = excluded.record
+                """,
+            arguments: [
+                attempt.requestID, attempt.invite.tag, try JSONEncoder().encode(attempt), millis(attempt.startedAt),
+            ])
+    }
+
+    /// Join attempts, newest first.
+    public func joinAttempts() throws(LocalStoreError) -> [JoinAttempt] {
+        try read { db in
+            try Data.fetchAll(db, sql: "SELECT record FROM join_attempt ORDER BY started_at_ms DESC, request_id")
+                .map { try JSONDecoder().decode(JoinAttempt.self, from: $0) }
+        }
+    }
+
+    public func joinAttempt(requestID: String) throws(LocalStoreError) -> JoinAttempt? {
+        try read { db in
+            try Data.fetchOne(db, sql: "SELECT record FROM join_attempt WHERE request_id = ?", arguments: [requestID])
+                .map { try JSONDecoder().decode(JoinAttempt.self, from: $0) }
+        }
+    }
+
+    /// Applies an answer to every unfinished attempt with its tag; the state
+    /// machine drops what does not fit (wrong sender, already final).
+    static func applyJoinEvent(_ joinEvent: JoinEventForStore, db: Database) throws {
+        let records = try Data.fetchAll(
+            db, sql: "SELECT record FROM join_attempt WHERE tag = ?", arguments: [joinEvent.tag])
+        for data in records {
+            var attempt = try JSONDecoder().decode(JoinAttempt.self, from: data)
+            var machine = attempt.machine
+            guard machine.apply(joinEvent.event) == nil else { continue }
+            attempt.adopt(machine.state, at: Date())
+            try saveJoinAttempt(attempt, db: db)
+        }
+    }
+
+    /// Applies a local event (cancel) to one attempt.
+    public func updateJoinAttempt(
+        requestID: String, _ event: JoinStateMachine.Event
+    ) throws(LocalStoreError) -> (JoinAttempt, JoinStateMachine.Ignored?)? {
+        try write { db in
+            guard
+                let data = try Data.fetchOne(
+                    db, sql: "SELECT record FROM join_attempt WHERE request_id = ?", arguments: [requestID])
+            else { return nil }
+            var attempt = try JSONDecoder().decode(JoinAttempt.self, from: data)
+            var machine = attempt.machine
+            let ignored = machine.apply(event)
+            if ignored == nil {
+                attempt.adopt(machine.state, at: Date())
+                try Self.saveJoinAttempt(attempt, db: db)
+            }
+            return (attempt, ignored)
+        }
+    }
+
+    // MARK: Join requests (admins)
+
+    public func joinRequestSeen(_ requestID: String) throws(LocalStoreError) -> Bool {
+        try read { db in
+            try Bool.fetchOne(
+                db, sql: "SELECT 1 FROM join_request_seen WHERE request_id = ?", arguments: [requestID]) ?? false
+        }
+    }
+
+    public func joinRequestOutcome(_ requestID: String) throws(LocalStoreError) -> JoinRequestOutcome? {
+        try read { db in
+            try String.fetchOne(
+                db, sql: "SELECT outcome FROM join_request_seen WHERE request_id = ?", arguments: [requestID]
+            ).flatMap(JoinRequestOutcome.init(rawValue:))
+        }
+    }
+
+    /// Records what was done with a request and moves the invite inbox's
+    /// cursor past it, in one transaction.
+    public func finishJoinRequest(
+        requestID: String?, groupID: String, joiner: InboxID?, outcome: JoinRequestOutcome, detail: String?,
+        block: Bool, topic: TopicName, seq: UInt64
+    ) throws(LocalStoreError) {
+        try Self.checkSeq(seq)
+        try write { db in
+            let now = Self.millis(Date())
+            if let requestID {
+                try db.execute(
+                    sql: """
+                        INSERT OR IGNORE INTO join_request_seen (request_id, group_id, joiner, outcome, detail, at_ms)
+                        VALUES (?, ?, ?, ?, ?, ?)
+                        """,
+                    arguments: [requestID, groupID, joiner?.rawValue ?? "", outcome.rawValue, detail, now])
+            }
+            if block, let joiner {
+                try db.execute(
+                    sql: "INSERT OR IGNORE INTO blocked_inbox (inbox_id, reason, at_ms) VALUES (?, ?, ?)",
+                    arguments: [joiner.rawValue, detail ?? "", now])
+            }
+            try Self.setCursor(topic, seq: seq, db: db)
+        }
+    }
+
+    public func isBlocked(_ inbox: InboxID) throws(LocalStoreError) -> Bool {
+        try read { db in
+            try Bool.fetchOne(db, sql: "SELECT 1 FROM blocked_inbox WHERE inbox_id = ?", arguments: [inbox.rawValue])
+                ?? false
+        }
+    }
+
+    public func blockedInboxes() throws(LocalStoreError) -> [(inbox: String, reason: String)] {
+        try read { db in
+            try Row.fetchAll(db, sql: "SELECT inbox_id, reason FROM blocked_inbox ORDER BY at_ms").map { row in
+                (inbox: row["inbox_id"] as String, reason: row["reason"] as String)
+            }
+        }
+    }
+}

@@ -1,0 +1,1 @@
+// Temporary: keeps the target non-empty until the QR encoder lands; delete then.

@@ -1,0 +1,1 @@
+// Temporary: keeps the target non-empty until the QR tests land; delete then.
