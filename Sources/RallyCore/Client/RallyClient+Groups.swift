@@ -112,12 +112,17 @@ extension RallyClient {
         return try group(groupID)
     }
 
-    public func removeMember(_ inbox: InboxID, from reference: String) async throws(RallyClientError) -> GroupRecord {
+    /// Removes a member; with `ban`, later join requests from them are
+    /// refused too.
+    public func removeMember(
+        _ inbox: InboxID, from reference: String, ban: Bool = false
+    ) async throws(RallyClientError) -> GroupRecord {
         let groupID = try group(reference).groupID
         try await commitWithRetries(groupID) { state throws(RallyClientError) in
             guard state.members[inbox] != nil else { throw .group(.commitRejected(.notAMemberTarget(inbox))) }
             var commit = self.newCommit(groupID: groupID, epoch: state.epoch)
             commit.removeMember.inboxID = inbox.rawValue
+            commit.removeMember.ban = ban
             try self.attachFreshKey(to: &commit, for: state.members.values.filter { $0.inboxID != inbox }, state: state)
             return commit
         }
