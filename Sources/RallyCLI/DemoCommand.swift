@@ -8,7 +8,7 @@ import RallyRelay
 /// walks two users through the main flows, printing what happens.
 struct DemoCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "demo", abstract: "Run an embedded relay and show two users exchanging encrypted messages.")
+        commandName: "demo", abstract: "Run an embedded relay: encrypted messages, a group, and invites with every join outcome.")
 
     @Option(help: "Keep the relay's data and the users' homes in this directory instead of a temporary one.")
     var data: String?
@@ -97,6 +97,87 @@ struct DemoCommand: AsyncParsableCommand {
         let members = try await bob.group(group.groupID).state.sortedMembers
         say("bob        members: \(members.map { "\($0.identity.displayName) (\($0.role))" }.joined(separator: ", "))")
         for client in [alice, bob, carol] { await client.disconnect() }
+        try await inviteWalkThrough(alice: alice, picnic: group.groupID, relayURL: relayURL, root: root, logger: logger)
+    }
+
+    /// Invites: alice's client stays online (as `rally watch` does) and
+    /// answers join requests by itself; one join succeeds, then one of
+    /// each error type reaches its joiner.
+    private func inviteWalkThrough(
+        alice: RallyClient, picnic: String, relayURL: URL, root: URL, logger: Logger
+    ) async throws {
+        func user(_ name: String) async throws -> RallyClient {
+            try await RallyClient.create(
+                home: root.appendingPathComponent(name.lowercased()), relayURL: relayURL, displayName: name,
+                logger: logger)
+        }
+        func join(_ client: RallyClient, _ link: String, now: Date = Date()) async throws {
+            let name = client.identity.displayName.lowercased().padding(toLength: 10, withPad: " ", startingAt: 0)
+            let attempt = try await client.startJoin(link, now: now)
+            say("\(name) invite checked locally; join request sent")
+            let final = try await client.waitForJoin(requestID: attempt.requestID, timeout: .seconds(30))
+            switch final.phase {
+            case .joined: say("\(name) joined \"\(final.invite.name)\" (\(final.groupID ?? ""))")
+            case .failed:
+                say("\(name) join failed [\(final.errorType?.rawValue ?? "")]: \(final.userMessage)")
+            default: throw ValidationError("the demo's join did not finish: \(final.phase)")
+            }
+            await client.disconnect()
+        }
+
+        let single = try await alice.createInvite(in: picnic, options: InviteOptions(singleUse: true))
+        say("alice      single-use invite: \(single.appLink.prefix(48))… (\(single.slug.count) characters)")
+        let (reports, report) = AsyncStream<JoinRequestReport>.makeStream()
+        let watcher = Task {
+            try await alice.watch { event in
+                if case .joinRequest(let handled) = event { report.yield(handled) }
+            }
+        }
+        defer { watcher.cancel() }
+        say("alice      stays online (like `rally watch`) and answers join requests by herself")
+
+        try await join(try await user("Dave"), single.appLink)
+        try await join(try await user("Erin"), single.webLink)
+
+        let open = try await alice.createInvite(in: picnic)
+        try await alice.revokeInvites(in: picnic)
+        say("alice      revoked every outstanding invite to Picnic")
+        try await join(try await user("Frank"), open.appLink)
+
+        let hourAgo = Date().addingTimeInterval(-3600)
+        let shortLived = try await alice.createInvite(
+            in: picnic, options: InviteOptions(expiresIn: 600), now: hourAgo)
+        say("alice      an invite that expired 50 minutes ago; Gina's clock is an hour behind")
+        try await join(try await user("Gina"), shortLived.appLink, now: hourAgo.addingTimeInterval(60))
+
+        let party = try await alice.createGroup(name: "Surprise party")
+        let partyInvite = try await alice.createInvite(in: party.groupID)
+        try await alice.explodeGroup(party.groupID)
+        say("alice      exploded the group \"Surprise party\"")
+        try await join(try await user("Hank"), partyInvite.appLink)
+
+        let club = try await alice.createGroup(name: "Book club")
+        let clubInvite = try await alice.createInvite(in: club.groupID)
+        try await alice.forgetGroup(club.groupID)
+        say("alice      removed the group \"Book club\" from her device")
+        try await join(try await user("Ivy"), clubInvite.appLink)
+
+        let mallory = try await user("Mallory")
+        var forged = single.invite.payload
+        forged.issuer = mallory.identity.publicIdentity.wireBundle
+        forged.groupReference = Data(repeating: 0, count: 48)
+        let forgedSlug = InviteSlug.encode(Invite.sign(forged, by: mallory.identity))
+        let attempt = try await mallory.startJoin(forgedSlug)
+        for await handled in reports where handled.joiner == mallory.inboxID { break }
+        _ = try await mallory.syncInbox()
+        let unanswered = try await mallory.joinAttempt(attempt.requestID)
+        say(
+            "mallory    forged an invite: no answer (still \(unanswered.phase.rawValue)); alice's client blocked her: \(try alice.store.isBlocked(mallory.inboxID))"
+        )
+        await mallory.disconnect()
+        watcher.cancel()
+        _ = await watcher.result
+        await alice.disconnect()
     }
 
     private func say(_ line: String) {

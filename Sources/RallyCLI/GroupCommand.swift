@@ -6,7 +6,9 @@ import RallyCrypto
 struct GroupCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "group", abstract: "End-to-end encrypted groups with roles.",
-        subcommands: [Create.self, Add.self, Remove.self, Send.self, Read.self, Members.self, List.self])
+        subcommands: [
+            Create.self, Add.self, Remove.self, Send.self, Read.self, Members.self, List.self, Explode.self,
+        ])
 
     struct GroupJSON: Encodable {
         let groupId: String
@@ -98,14 +100,32 @@ struct GroupCommand: AsyncParsableCommand {
         @OptionGroup var options: ClientOptions
         @Argument(help: "Group id (or a unique prefix, or the name).") var group: String
         @Argument(help: "The member's inbox id.") var inboxID: String
+        @Flag(help: "Also refuse their later join requests.") var ban = false
 
         func run() async throws {
             let inbox = try GroupCommand.inbox(inboxID)
             let client = try GroupCommand.open(options)
-            let record = try await client.removeMember(inbox, from: group)
+            let record = try await client.removeMember(inbox, from: group, ban: ban)
             await client.disconnect()
             options.output.emit(GroupJSON(record, me: client.inboxID)) {
                 "removed \(inbox) from \"\(record.state.profile.name)\"; now at epoch \(record.state.epoch)"
+            }
+        }
+    }
+
+    struct Explode: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "End a group for good (owner only); later join requests are told it is gone.")
+        @OptionGroup var options: ClientOptions
+        @Argument(help: "Group id (or a unique prefix, or the name).") var group: String
+
+        func run() async throws {
+            let client = try GroupCommand.open(options)
+            try await client.explodeGroup(group)
+            let record = try await client.group(group)
+            await client.disconnect()
+            options.output.emit(GroupJSON(record, me: client.inboxID)) {
+                "exploded \"\(record.state.profile.name)\"; it accepts no further changes"
             }
         }
     }

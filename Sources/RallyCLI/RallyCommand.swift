@@ -9,8 +9,8 @@ public struct RallyCommand: AsyncParsableCommand {
         commandName: "rally",
         abstract: "End-to-end encrypted invites, groups and messages over an untrusted relay.",
         subcommands: [
-            RelayCommand.self, IDCommand.self, DMCommand.self, GroupCommand.self, DemoCommand.self,
-            BenchCommand.self,
+            RelayCommand.self, IDCommand.self, DMCommand.self, GroupCommand.self, InviteCommand.self,
+            JoinCommand.self, WatchCommand.self, DemoCommand.self, BenchCommand.self,
         ])
 
     public init() {}

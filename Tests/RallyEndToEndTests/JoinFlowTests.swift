@@ -394,3 +394,34 @@ private func replay(from client: RallyClient, to inviteInbox: PublicIdentity) as
         topic: try TopicName.inbox(inviteInbox.inboxID.rawValue), payload: sealed,
         idempotencyKey: MessageSealing.newMessageID(), shouldPush: true)
 }
+
+@Suite("Watching admins answer by themselves")
+struct WatchTests {
+    @Test("An admin's watch answers join requests as they arrive")
+    func watchAnswers() async throws {
+        let (w, invite) = try await InviteWorld.start()
+        let (reports, report) = AsyncStream<JoinRequestReport>.makeStream()
+        let watcher = Task {
+            // If the watch ends, so does the stream: the test fails instead
+            // of waiting forever.
+            defer { report.finish() }
+            try await w.owner.watch { event in
+                if case .joinRequest(let handled) = event { report.yield(handled) }
+            }
+        }
+        let bob = try await w.user("bob")
+        let attempt = try await requestJoin(bob, invite.appLink)
+        var iterator = reports.makeAsyncIterator()
+        let handled = await iterator.next()
+        guard case .admit? = handled?.decision else {
+            Issue.record("expected an admission, got \(String(describing: handled))")
+            watcher.cancel()
+            return
+        }
+        let joined = try await bob.waitForJoin(requestID: attempt.requestID, timeout: .seconds(60))
+        #expect(joined.phase == .joined)
+        watcher.cancel()
+        _ = await watcher.result
+        await w.world.stop([w.owner, bob])
+    }
+}

@@ -88,7 +88,7 @@ extension RallyClient {
         }
         try await publish(commit, to: record)
         let report = try await syncGroup(groupID)
-        try Self.requireApplied(commit.commitID, in: report)
+        try requireApplied(commit.commitID, in: report)
         return try group(groupID)
     }
 
@@ -169,7 +169,7 @@ extension RallyClient {
             try await publish(commit, to: record)
             let report = try await syncGroup(groupID)
             do {
-                try Self.requireApplied(commit.commitID, in: report)
+                try requireApplied(commit.commitID, in: report)
                 return
             } catch .group(.commitRejected(.staleEpoch)) {
                 continue
@@ -178,15 +178,17 @@ extension RallyClient {
         throw .group(.gaveUp(attempts: Self.commitAttempts))
     }
 
-    private static func requireApplied(_ commitID: Data, in report: GroupSyncReport) throws(RallyClientError) {
+    private func requireApplied(_ commitID: Data, in report: GroupSyncReport) throws(RallyClientError) {
+        var outcome = ownCommitOutcomes.removeValue(forKey: commitID)
         for event in report.events {
-            guard case .commit(_, let id, _, let outcome) = event, id == commitID else { continue }
-            switch outcome {
-            case .applied, .duplicate: return
-            case .rejected(let rejection): throw .group(.commitRejected(rejection))
-            }
+            guard case .commit(_, let id, _, let seen) = event, id == commitID else { continue }
+            outcome = seen
         }
-        throw .relay(.protocolViolation("published commit did not come back from the group log"))
+        switch outcome {
+        case .applied?, .duplicate?: return
+        case .rejected(let rejection)?: throw .group(.commitRejected(rejection))
+        case nil: throw .relay(.protocolViolation("published commit did not come back from the group log"))
+        }
     }
 
     private func activeGroup(_ groupID: String) throws(RallyClientError) -> GroupRecord {
@@ -463,6 +465,9 @@ extension RallyClient {
             if case .message(let received) = result.event { message = received }
             if case .rejected(let seq, let reason) = result.event {
                 logger.warning("group \(groupID): dropped entry #\(seq): \(reason)")
+            }
+            if case .commit(_, let commitID, let author, let outcome) = result.event, author == identity.inboxID {
+                ownCommitOutcomes[commitID] = outcome
             }
             try store.ingestGroupEntry(
                 result.record, seq: envelope.seq, epochKey: result.newKey, message: message,

@@ -26,6 +26,10 @@ public actor RallyClient {
     /// Clients of the invite identities of groups this identity administers,
     /// by group id: they read the join requests.
     var inviteClients: [String: RallyClient] = [:]
+    /// Outcomes of this identity's own commits, by commit id, however they
+    /// were read (a live follower may read a commit before the sync that
+    /// published it does). Taken out when the publisher checks.
+    var ownCommitOutcomes: [Data: GroupOutcome] = [:]
     /// Test seam: runs between building a commit and publishing it, so a
     /// test can make another member's commit win the race deterministically.
     var commitRaceHook: (@Sendable (Int) async -> Void)?
@@ -280,11 +284,41 @@ public actor RallyClient {
         process: @Sendable (WireEnvelope) async throws(RallyClientError) -> Void,
         caughtUp: @Sendable () async -> Void = {}
     ) async throws(RallyClientError) {
+        // A live follower has a connection of its own: the relay keeps one
+        // subscription per topic and connection, so a one-shot sync of the
+        // same topic on the shared connection would otherwise end it.
+        var live: RelayConnection?
+        do {
+            try await followTopic(
+                topic, untilCaughtUp: untilCaughtUp, live: &live, process: process, caughtUp: caughtUp)
+        } catch {
+            await live?.close()
+            throw error
+        }
+        await live?.close()
+    }
+
+    private func liveConnection(_ live: inout RelayConnection?) async throws(RallyClientError) -> RelayConnection {
+        if let open = live, await open.isOpen { return open }
+        do {
+            let fresh = try await RelayConnection.connect(to: relayURL, identity: identity, logger: logger)
+            live = fresh
+            return fresh
+        } catch {
+            throw .relay(error)
+        }
+    }
+
+    private func followTopic(
+        _ topic: TopicName, untilCaughtUp: Bool, live: inout RelayConnection?,
+        process: @Sendable (WireEnvelope) async throws(RallyClientError) -> Void,
+        caughtUp: @Sendable () async -> Void
+    ) async throws(RallyClientError) {
         var attempt = 0
         while !Task.isCancelled {
             let connection: RelayConnection
             do {
-                connection = try await connected()
+                connection = try await untilCaughtUp ? connected() : liveConnection(&live)
             } catch .relay(let error) where !untilCaughtUp && error.isTransient {
                 attempt += 1
                 await backoff(min(attempt, Self.publishAttempts - 1), what: "subscription to \(topic)", error: error)
@@ -321,7 +355,8 @@ public actor RallyClient {
                 throw .store(error)
             } catch let error as RelayClientError {
                 guard error.isTransient, !untilCaughtUp else { throw .relay(error) }
-                await disconnect()
+                await live?.close()
+                live = nil
                 attempt += 1
                 await backoff(min(attempt, Self.publishAttempts - 1), what: "subscription to \(topic)", error: error)
             } catch {

@@ -1,0 +1,132 @@
+import ArgumentParser
+import Foundation
+import RallyCore
+import RallyQR
+
+/// `rally invite`: signed invite links and QR codes for a group.
+struct InviteCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "invite", abstract: "Create and revoke signed invite links and QR codes.",
+        subcommands: [Create.self, Revoke.self])
+
+    struct InviteJSON: Encodable {
+        let groupId: String
+        let slug: String
+        let link: String
+        let webLink: String
+        let inviteTag: String
+        let name: String
+        let expiresAt: Date?
+        let singleUse: Bool
+        let maxUses: UInt32
+        let role: String
+        let qrPng: String?
+    }
+
+    struct Create: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Print an invite link to a group you administer.",
+            discussion: """
+                Anyone with the link can ask to join; any admin's client that is online (`rally watch`) \
+                answers: it admits them, or tells them why not.
+                """)
+        @OptionGroup var options: ClientOptions
+        @Argument(help: "Group id (or a unique prefix, or the name).") var group: String
+        @Option(help: "Expire after a duration: 30m, 12h, 7d, or seconds.") var expires: String?
+        @Flag(help: "Admit one person only.") var singleUse = false
+        @Option(help: "Admit at most N people.") var maxUses: UInt32?
+        @Option(help: "Role the invite grants: observer, member, moderator or admin.") var role = "member"
+        @Option(help: "Name shown to the joiner (default: the group's name).") var name: String?
+        @Flag(help: "Draw the link as a QR code in the terminal.") var qr = false
+        @Option(help: "Write the link as a QR code PNG to this file.") var qrPng: String?
+
+        func validate() throws {
+            if singleUse, maxUses != nil { throw ValidationError("use --single-use or --max-uses, not both") }
+            if maxUses == 0 { throw ValidationError("--max-uses must be at least 1") }
+            if let expires { _ = try Self.duration(expires) }
+        }
+
+        static func duration(_ text: String) throws -> TimeInterval {
+            let units: [Character: Double] = ["s": 1, "m": 60, "h": 3600, "d": 86_400]
+            let trimmed = text.trimmingCharacters(in: .whitespaces).lowercased()
+            var number = trimmed
+            var scale = 1.0
+            if let last = trimmed.last, let unit = units[last] {
+                number = String(trimmed.dropLast())
+                scale = unit
+            }
+            guard let value = Double(number), value > 0, value.isFinite else {
+                throw ValidationError("--expires takes a duration like 30m, 12h or 7d, not \"\(text)\"")
+            }
+            return value * scale
+        }
+
+        func run() async throws {
+            guard let grantedRole = GroupRole(name: role) else {
+                throw ValidationError("--role must be observer, member, moderator or admin")
+            }
+            let client = try options.openClient()
+            let created = try await client.createInvite(
+                in: group,
+                options: InviteOptions(
+                    expiresIn: try expires.map(Self.duration), singleUse: singleUse, maxUses: maxUses ?? 0,
+                    role: grantedRole, name: name))
+            await client.disconnect()
+            var code: QRCode?
+            if qr || qrPng != nil {
+                do {
+                    code = try QRCode.encode(created.webLink)
+                } catch {
+                    throw ValidationError("the link does not fit in a QR code: \(error)")
+                }
+            }
+            if let qrPng, let code {
+                let url = URL(fileURLWithPath: qrPng)
+                do {
+                    try code.pngData().write(to: url, options: .atomic)
+                } catch {
+                    throw ValidationError("cannot write \(qrPng): \(error.localizedDescription)")
+                }
+            }
+            let payload = created.invite.payload
+            let json = InviteJSON(
+                groupId: created.groupID, slug: created.slug, link: created.appLink, webLink: created.webLink,
+                inviteTag: created.invite.tagText, name: payload.name, expiresAt: created.invite.expiresAt,
+                singleUse: payload.singleUse, maxUses: payload.maxUses, role: grantedRole.description, qrPng: qrPng)
+            options.output.emit(json) {
+                var lines = [created.appLink, created.webLink]
+                var limits: [String] = []
+                if let expiresAt = created.invite.expiresAt {
+                    limits.append("expires \(ISO8601DateFormatter.rally.string(from: expiresAt))")
+                }
+                if payload.singleUse {
+                    limits.append("single use")
+                } else if payload.maxUses > 0 {
+                    limits.append("up to \(payload.maxUses) people")
+                }
+                limits.append("joins as \(grantedRole)")
+                lines.append("invite to \"\(payload.name)\": \(limits.joined(separator: ", "))")
+                if let qrPng { lines.append("QR code written to \(qrPng)") }
+                if qr, let code { lines.append(code.terminalText()) }
+                return lines.joined(separator: "\n")
+            }
+        }
+    }
+
+    struct Revoke: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Invalidate every outstanding invite of a group (by rotating its invite tag).")
+        @OptionGroup var options: ClientOptions
+        @Argument(help: "Group id (or a unique prefix, or the name).") var group: String
+
+        func run() async throws {
+            let client = try options.openClient()
+            try await client.revokeInvites(in: group)
+            let record = try await client.group(group)
+            await client.disconnect()
+            options.output.emit(["groupId": record.groupID, "inviteTag": record.state.inviteTag.hexString]) {
+                "revoked every outstanding invite to \"\(record.state.profile.name)\"; requests with them are answered \"invite revoked\""
+            }
+        }
+    }
+}

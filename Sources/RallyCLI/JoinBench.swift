@@ -1,0 +1,94 @@
+import ArgumentParser
+import Foundation
+import Logging
+import RallyCore
+import RallyCrypto
+
+/// `rally bench join`: how long `rally join` takes to reach joined with an
+/// admin's client online, for single and concurrent joiners, and how fast
+/// invites verify. Prints numbers; asserts nothing.
+struct JoinBench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "join", abstract: "Measure join latency (request → joined) and invite verification speed.")
+
+    @Option(help: "Concurrent joiner counts, comma-separated.") var concurrency = "1,50"
+    @Option(help: "Rounds per count (each round is a fresh set of joiners).") var rounds = 10
+    @Option(help: "Invite verifications to time.") var verifications = 20_000
+
+    func run() async throws {
+        let counts = concurrency.split(separator: ",").compactMap { Int($0.trimmingCharacters(in: .whitespaces)) }
+        guard !counts.isEmpty, counts.allSatisfy({ $0 >= 1 }) else { throw ValidationError("--concurrency: e.g. 1,50") }
+        let relay = try ChildRelay.start()
+        defer { relay.stop() }
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("rally-bench-join-\(UUID())")
+        defer { try? FileManager.default.removeItem(at: root) }
+        var logger = Logger(label: "rally.bench")
+        logger.logLevel = .error
+        Output.write("relay: separate process pid \(relay.pid) on \(relay.url)")
+
+        let admin = try await RallyClient.create(
+            home: root.appendingPathComponent("admin"), relayURL: relay.url, displayName: "admin", logger: logger)
+        let group = try await admin.createGroup(name: "bench")
+        let invite = try await admin.createInvite(in: group.groupID)
+        let watcher = Task { try await admin.watch { _ in } }
+        defer { watcher.cancel() }
+
+        Output.write("joiners  joins  p50 ms  p99 ms  max ms  (rally join → joined; one admin client online)")
+        var serial = 0
+        for count in counts {
+            var latencies: [Double] = []
+            for _ in 0..<rounds {
+                var joiners: [RallyClient] = []
+                for _ in 0..<count {
+                    serial += 1
+                    joiners.append(
+                        try await RallyClient.create(
+                            home: root.appendingPathComponent("j\(serial)"), relayURL: relay.url,
+                            displayName: "joiner-\(serial)", logger: logger))
+                }
+                let link = invite.appLink
+                let measured = try await withThrowingTaskGroup(of: Double.self) { tasks in
+                    for joiner in joiners {
+                        tasks.addTask {
+                            let clock = ContinuousClock()
+                            let start = clock.now
+                            let attempt = try await joiner.startJoin(link)
+                            let final = try await joiner.waitForJoin(
+                                requestID: attempt.requestID, timeout: .seconds(300))
+                            guard final.phase == .joined else {
+                                throw ValidationError("a bench join ended \(final.phase): \(final.userMessage)")
+                            }
+                            return GroupBench.milliseconds(clock.now - start)
+                        }
+                    }
+                    var all: [Double] = []
+                    for try await latency in tasks { all.append(latency) }
+                    return all
+                }
+                latencies += measured
+                for joiner in joiners { await joiner.disconnect() }
+            }
+            latencies.sort()
+            func percentile(_ p: Double) -> Double {
+                latencies[min(latencies.count - 1, Int((Double(latencies.count - 1) * p).rounded()))]
+            }
+            Output.write(
+                String(
+                    format: "%7d  %5d  %6.1f  %6.1f  %6.1f", count, latencies.count, percentile(0.5),
+                    percentile(0.99), percentile(1)))
+        }
+        watcher.cancel()
+        await admin.disconnect()
+
+        let clock = ContinuousClock()
+        let start = clock.now
+        var verified = 0
+        for _ in 0..<verifications where (try? Invite.parse(invite.appLink, now: Date())) != nil { verified += 1 }
+        let seconds = GroupBench.milliseconds(clock.now - start) / 1000
+        Output.write(
+            String(
+                format: "invite verifications: %d in %.2f s = %.0f/s (slug %d characters: decode, signature, checks)",
+                verified, seconds, Double(verified) / seconds, invite.slug.count))
+        Output.write("relay peak memory (VmHWM): \(relay.peakMemoryKiB().map { "\($0 / 1024) MiB" } ?? "unknown")")
+    }
+}

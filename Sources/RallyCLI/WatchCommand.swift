@@ -1,0 +1,102 @@
+import ArgumentParser
+import Foundation
+import RallyCore
+
+/// `rally watch`: keeps a client online so its groups stay joinable.
+struct WatchCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "watch",
+        abstract: "Stay online: receive messages, follow groups and answer join requests as an admin.",
+        discussion: "Runs until interrupted. With --json, prints one JSON object per event.")
+    @OptionGroup var options: ClientOptions
+
+    struct EventJSON: Encodable {
+        let event: String
+        let groupId: String?
+        let requestId: String?
+        let joiner: String?
+        let outcome: String?
+        let detail: String?
+        let errorSent: Bool?
+        let message: MessageJSON?
+        let groups: [String]?
+        let inviteInboxes: [String]?
+
+        init(
+            event: String, groupId: String? = nil, requestId: String? = nil, joiner: String? = nil,
+            outcome: String? = nil, detail: String? = nil, errorSent: Bool? = nil, message: MessageJSON? = nil,
+            groups: [String]? = nil, inviteInboxes: [String]? = nil
+        ) {
+            self.event = event
+            self.groupId = groupId
+            self.requestId = requestId
+            self.joiner = joiner
+            self.outcome = outcome
+            self.detail = detail
+            self.errorSent = errorSent
+            self.message = message
+            self.groups = groups
+            self.inviteInboxes = inviteInboxes
+        }
+    }
+
+    static func describe(_ decision: JoinRequestDecision?) -> (outcome: String, detail: String?) {
+        switch decision {
+        case nil: ("dropped", "could not be opened")
+        case .duplicate?: ("duplicate", nil)
+        case .ignoredBlockedSender?: ("ignored", "sender is blocked")
+        case .block(let reason)?: ("blocked", reason)
+        case .reject(let type, let reason)?: (type.rawValue, reason)
+        case .alreadyMember?: ("already_member", nil)
+        case .admit(let admission)?: ("admitted", "as \(admission.role)")
+        case .notForThisClient(let reason)?: ("ignored", reason)
+        }
+    }
+
+    func run() async throws {
+        let client = try options.openClient()
+        let output = options.output
+        output.emit(EventJSON(event: "started")) { "watching as \(client.inboxID); interrupt to stop" }
+        try await client.watch { event in
+            switch event {
+            case .inbox(.message(let message)):
+                output.emit(EventJSON(event: "message", message: MessageJSON(message))) {
+                    MessageJSON.human(message)
+                }
+            case .inbox(.rejected(let rejection)):
+                output.emit(EventJSON(event: "rejected", detail: rejection.description)) { "\(rejection)" }
+            case .inbox(.caughtUp):
+                break
+            case .group(let groupID, .message(let message)):
+                output.emit(EventJSON(event: "group_message", groupId: groupID, message: MessageJSON(message))) {
+                    "[\(groupID.prefix(8))] \(MessageJSON.human(message))"
+                }
+            case .group(let groupID, .commit(_, _, let author, let outcome)):
+                output.emit(EventJSON(event: "group_commit", groupId: groupID, detail: "\(outcome)")) {
+                    "[\(groupID.prefix(8))] change by \(author.rawValue.prefix(8))…: \(outcome)"
+                }
+            case .group(let groupID, .rejected(let seq, let reason)):
+                output.emit(EventJSON(event: "group_rejected", groupId: groupID, detail: "#\(seq): \(reason)")) {
+                    "[\(groupID.prefix(8))] dropped entry #\(seq): \(reason)"
+                }
+            case .joinRequest(let report):
+                let (outcome, detail) = Self.describe(report.decision)
+                output.emit(
+                    EventJSON(
+                        event: "join_request", groupId: report.groupID, requestId: report.requestID,
+                        joiner: report.joiner?.rawValue, outcome: outcome, detail: detail,
+                        errorSent: report.errorSent)
+                ) {
+                    let who = report.joiner.map { "\($0.rawValue.prefix(8))…" } ?? "unknown sender"
+                    let sent = report.errorSent ? " (error sent)" : ""
+                    return "[\(report.groupID.prefix(8))] join request from \(who): \(outcome)"
+                        + (detail.map { " — \($0)" } ?? "") + sent
+                }
+            case .following(let groups, let inviteInboxes):
+                output.emit(EventJSON(event: "following", groups: groups, inviteInboxes: inviteInboxes)) {
+                    "following \(groups.count) group(s); answering join requests for \(inviteInboxes.count)"
+                }
+            }
+        }
+    }
+}

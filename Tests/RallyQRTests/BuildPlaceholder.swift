@@ -1,1 +1,0 @@
-// Temporary: keeps the target non-empty until the QR tests land; delete then.
