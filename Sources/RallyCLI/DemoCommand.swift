@@ -8,7 +8,8 @@ import RallyRelay
 /// walks two users through the main flows, printing what happens.
 struct DemoCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "demo", abstract: "Run an embedded relay: encrypted messages, a group, and invites with every join outcome.")
+        commandName: "demo",
+        abstract: "Run an embedded relay: encrypted messages, a group, and invites with every join outcome.")
 
     @Option(help: "Keep the relay's data and the users' homes in this directory instead of a temporary one.")
     var data: String?

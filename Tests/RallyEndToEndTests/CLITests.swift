@@ -133,6 +133,17 @@ struct CLITests {
         #expect(result.stdout.contains("carol      reads the group: 0 new messages"))
         #expect(result.stdout.contains("bob        ← Picnic/Alice: \"Just us two now.\""))
         #expect(result.stdout.contains("bob        members: Alice (owner), Bob (member)"))
+        // The invite flow: one join, then one of each error type.
+        #expect(result.stdout.contains("dave       joined \"Picnic\""))
+        for type in [
+            "single_use_consumed", "invite_revoked", "generic_failure", "conversation_expired",
+            "conversation_not_found",
+        ] {
+            #expect(result.stdout.contains("join failed [\(type)]"), "no \(type) in the demo")
+        }
+        #expect(
+            result.stdout.contains(
+                "mallory    forged an invite: no answer (still joining); alice's client blocked her: true"))
     }
 }
 

@@ -466,7 +466,9 @@ extension RallyClient {
         let joinInbox = try! InboxID(validating: invite.payload.joinInboxID)
         let pending: JoinAttempt?
         do {
-            pending = try store.joinAttempts().first { $0.invite.tag == invite.tagText && $0.slug == slug && !$0.isFinal }
+            pending = try store.joinAttempts().first {
+                $0.invite.tag == invite.tagText && $0.slug == slug && !$0.isFinal
+            }
         } catch {
             throw .store(error)
         }
@@ -506,7 +508,8 @@ extension RallyClient {
     /// or `timeout` passes; `onChange` sees every new state. Returns the
     /// attempt as it stands.
     public func waitForJoin(
-        requestID: String, timeout: Duration? = nil, onChange: @escaping @Sendable (JoinAttempt) async -> Void = { _ in }
+        requestID: String, timeout: Duration? = nil,
+        onChange: @escaping @Sendable (JoinAttempt) async -> Void = { _ in }
     ) async throws(RallyClientError) -> JoinAttempt {
         var last = try joinAttempt(requestID)
         if last.isFinal { return last }
