@@ -185,6 +185,17 @@ struct InviteJoinErrorCodecTests {
         #expect(throws: ContentError.tooLarge(size: 1_000_000, limit: limit)) { try Self.codec.decode(content) }
     }
 
+    @Test func encodingRefusesWhatDecodingWouldRefuse() throws {
+        let limit = InviteJoinErrorCodec.maxBodyBytes
+        let error = InviteJoinError(
+            errorType: .genericFailure, inviteTag: "t", timestamp: Date(timeIntervalSince1970: 0),
+            reason: String(repeating: "x", count: limit))
+        #expect(throws: ContentError.self) { try Self.codec.encode(error) }
+        var small = error
+        small.reason = "short"
+        #expect(try Self.codec.decode(Self.codec.encode(small)) == small)
+    }
+
     // MARK: What the joiner reads
 
     @Test func userMessagesAreTheSeedTexts() {

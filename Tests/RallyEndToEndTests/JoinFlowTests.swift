@@ -269,6 +269,25 @@ struct JoinFlowTests {
         await w.world.stop([w.owner, bob])
     }
 
+    @Test("Admitted after cancelling: the joiner's client leaves the group; its join stays cancelled")
+    func admittedAfterCancel() async throws {
+        let (w, invite) = try await InviteWorld.start()
+        let bob = try await w.user("bob")
+        let attempt = try await requestJoin(bob, invite.appLink)
+        _ = try await bob.cancelJoin(attempt.requestID)
+        guard case .admit? = try await w.owner.processJoinRequests().first?.decision else {
+            Issue.record("expected an admission")
+            return
+        }
+        #expect(try await joinState(bob, attempt).phase == .cancelled)
+        #expect(try await bob.group(w.groupID).status == .left)
+        _ = try await w.owner.syncGroup(w.groupID)
+        let state = try await w.owner.group(w.groupID).state
+        #expect(state.members[bob.inboxID] == nil)
+        #expect(state.needsRekey)
+        await w.world.stop([w.owner, bob])
+    }
+
     @Test("Answers from anyone but the invite's join inbox are dropped; a welcome without proof opens nothing")
     func answersFromOthersDropped() async throws {
         let (w, invite) = try await InviteWorld.start()

@@ -305,14 +305,21 @@ extension RallyClient {
         throws(LocalStoreError) -> Bool
     {
         var joinEvent: JoinEventForStore?
+        var leaveAfterwards = false
         if !welcome.inviteTag.isEmpty {
-            guard isProvenJoinAnswer(welcome) else {
+            switch joinAnswered(by: welcome) {
+            case nil:
                 logger.warning("ignoring a welcome from \(message.sender) for a join this client did not ask for")
                 return try store.ingest(topic: topic, seq: seq, message: message)
+            case .cancelled?:
+                // Admitted after the joiner cancelled: take the group only
+                // to leave it, so a cancelled join leaves no membership.
+                leaveAfterwards = true
+            case .underWay?:
+                joinEvent = JoinEventForStore(
+                    tag: welcome.inviteTag,
+                    event: .welcomeReceived(tag: welcome.inviteTag, groupID: welcome.groupID, from: message.sender))
             }
-            joinEvent = JoinEventForStore(
-                tag: welcome.inviteTag,
-                event: .welcomeReceived(tag: welcome.inviteTag, groupID: welcome.groupID, from: message.sender))
         }
         switch validate(welcome, from: message.sender) {
         case .failure(.alreadyJoined):
@@ -330,27 +337,59 @@ extension RallyClient {
             {
                 inviteSeed = keys.seed
             }
-            return try store.ingestWelcome(
+            let stored = try store.ingestWelcome(
                 record, epochKey: (record.state.epoch, SymmetricKey(data: welcome.epochKey)),
                 groupCursor: welcome.snapshotSeq, inboxTopic: topic, inboxSeq: seq, message: message,
                 inviteSeed: inviteSeed, joinEvent: joinEvent)
+            if leaveAfterwards { groupsToLeave.insert(record.groupID) }
+            return stored
         }
+    }
+
+    enum JoinAnswerMatch {
+        case underWay, cancelled
     }
 
     /// Whether a welcome naming an invite tag answers one of this client's
     /// unfinished joins: signed by that invite's identity (which only the
     /// group's admins hold) for this group and this member.
-    private func isProvenJoinAnswer(_ welcome: WireGroupWelcome) -> Bool {
+    private func joinAnswered(by welcome: WireGroupWelcome) -> JoinAnswerMatch? {
         guard let tag = Data(hexString: welcome.inviteTag),
             let attempts = try? store.joinAttempts()
-        else { return false }
-        return attempts.contains { attempt in
-            guard attempt.invite.tag == welcome.inviteTag, !attempt.isFinal,
-                let inviteIdentity = try? store.contact(attempt.invite.inviterInbox)
-            else { return false }
-            return InviteKeys.isValidWelcomeProof(
-                welcome.inviteProof, by: inviteIdentity, tag: tag, groupID: welcome.groupID,
-                newcomer: identity.inboxID)
+        else { return nil }
+        for attempt in attempts where attempt.invite.tag == welcome.inviteTag {
+            guard attempt.phase != .joined, attempt.phase != .failed,
+                let inviteIdentity = try? store.contact(attempt.invite.inviterInbox),
+                InviteKeys.isValidWelcomeProof(
+                    welcome.inviteProof, by: inviteIdentity, tag: tag, groupID: welcome.groupID,
+                    newcomer: identity.inboxID)
+            else { continue }
+            return attempt.phase == .cancelled ? .cancelled : .underWay
+        }
+        return nil
+    }
+
+    /// Leaves the groups this client was admitted to after cancelling the
+    /// join. A failure is logged; the next sync tries again.
+    func leaveCancelledJoins() async {
+        for groupID in groupsToLeave {
+            do {
+                try await leaveGroup(groupID)
+                groupsToLeave.remove(groupID)
+            } catch {
+                logger.warning("could not leave \(groupID), joined after cancelling: \(error)")
+            }
+        }
+    }
+
+    /// Leaves a group. The remaining members replace the key before anyone
+    /// sends again.
+    public func leaveGroup(_ reference: String) async throws(RallyClientError) {
+        let groupID = try group(reference).groupID
+        try await commitWithRetries(groupID) { state throws(RallyClientError) in
+            var commit = self.newCommit(groupID: groupID, epoch: state.epoch)
+            commit.leave = WireLeaveGroup()
+            return commit
         }
     }
 

@@ -30,6 +30,8 @@ public actor RallyClient {
     /// were read (a live follower may read a commit before the sync that
     /// published it does). Taken out when the publisher checks.
     var ownCommitOutcomes: [Data: GroupOutcome] = [:]
+    /// Groups this client was admitted to after it cancelled the join.
+    var groupsToLeave: Set<String> = []
     /// Test seam: runs between building a commit and publishing it, so a
     /// test can make another member's commit win the race deterministically.
     var commitRaceHook: (@Sendable (Int) async -> Void)?
@@ -380,6 +382,7 @@ public actor RallyClient {
                         topic: topic, seq: envelope.seq, message: message, joinEvent: joinEvent(in: message))
                 }
                 if isNew { await handler(.message(message)) }
+                if !groupsToLeave.isEmpty { await leaveCancelledJoins() }
             case .failure(let rejection):
                 logger.warning("\(rejection)")
                 try store.ingest(topic: topic, seq: envelope.seq, message: nil)

@@ -78,6 +78,10 @@ public struct InviteJoinErrorCodec: ContentCodec {
         } catch {
             throw .malformed(contentType: contentType.description, reason: "\(error)")
         }
+        // What this client would refuse to decode, it does not send.
+        guard content.content.count <= Self.maxBodyBytes else {
+            throw .tooLarge(size: content.content.count, limit: Self.maxBodyBytes)
+        }
         return content
     }
 
