@@ -106,6 +106,13 @@ let package = Package(
             ],
             swiftSettings: strict
         ),
+        // libFuzzer target for invite decoding; see scripts/fuzz-invite.sh.
+        .executableTarget(
+            name: "rally-fuzz-invite",
+            dependencies: ["RallyCore", "RallyCrypto"],
+            path: "Sources/RallyFuzzInvite",
+            swiftSettings: strict
+        ),
         .target(
             name: "RallyTestSupport",
             dependencies: ["RallyCore", "RallyRelay"],

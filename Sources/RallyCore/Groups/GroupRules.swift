@@ -267,7 +267,9 @@ enum GroupRules {
         case .rotateInviteTag(let rotate)?:
             if let problem = require(.admin) ?? noKeys { return .failure(problem) }
             guard state.inviteIdentity != nil else { return .failure(.invitesNotSetUp) }
-            guard rotate.inviteTag.count == inviteTagByteCount, rotate.inviteTag != state.inviteTag else {
+            guard rotate.inviteTag.count == inviteTagByteCount, rotate.inviteTag != state.inviteTag,
+                !state.retiredInviteTags.contains(rotate.inviteTag)
+            else {
                 return .failure(.invalidInviteTag)
             }
             return .success(

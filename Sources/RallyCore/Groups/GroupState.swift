@@ -30,6 +30,8 @@ public struct GroupState: Sendable, Equatable {
     public private(set) var inviteIdentity: PublicIdentity?
     /// Only invites issued under this tag admit; rotating it revokes the rest.
     public private(set) var inviteTag = Data()
+    /// Tags rotated away: never valid again.
+    public private(set) var retiredInviteTags: Set<Data> = []
     /// How often each invite (by invite id) has admitted someone.
     public private(set) var inviteUses: [Data: UInt32] = [:]
     /// Join requests that admitted someone: each admits at most once.
@@ -104,6 +106,7 @@ public struct GroupState: Sendable, Equatable {
             inviteIdentity = identity
             inviteTag = tag
         case .rotateInviteTag(let tag):
+            retiredInviteTags.insert(inviteTag)
             inviteTag = tag
         case .explode:
             exploded = true
@@ -133,6 +136,7 @@ public struct GroupState: Sendable, Equatable {
             }
         }
         inviteTag = snapshot.inviteTag
+        retiredInviteTags = Set(snapshot.retiredInviteTags)
         for use in snapshot.inviteUses { inviteUses[use.inviteID] = use.uses }
         admittedJoinRequests = Set(snapshot.admittedJoinRequests)
         for text in snapshot.banned {
@@ -166,6 +170,7 @@ public struct GroupState: Sendable, Equatable {
         snapshot.appliedCommitIds = appliedCommitIDs.sorted { $0.lexicographicallyPrecedes($1) }
         if let inviteIdentity { snapshot.inviteIdentity = inviteIdentity.wireBundle }
         snapshot.inviteTag = inviteTag
+        snapshot.retiredInviteTags = retiredInviteTags.sorted { $0.lexicographicallyPrecedes($1) }
         snapshot.inviteUses = inviteUses.sorted { $0.key.lexicographicallyPrecedes($1.key) }.map { id, uses in
             var use = WireInviteUse()
             use.inviteID = id

@@ -26,8 +26,9 @@ public struct Invite: Sendable, Equatable {
     }
 
     /// Checks an invite locally, before anything is sent: structure, the
-    /// issuer's signature and expiry at `now`.
-    public static func verify(_ signed: WireSignedInvite, now: Date) throws(InviteError) -> Invite {
+    /// issuer's signature and expiry at `now` (nil: expiry is judged
+    /// elsewhere, as the inviter side does in its own place in the order).
+    public static func verify(_ signed: WireSignedInvite, now: Date?) throws(InviteError) -> Invite {
         let payload: WireInvitePayload
         do {
             payload = try FrameCodec.decode(
@@ -47,7 +48,7 @@ public struct Invite: Sendable, Equatable {
         guard payload.inviteTag.count == tagByteCount else { throw .malformed("invite tag") }
         guard (try? InboxID(validating: payload.joinInboxID)) != nil else { throw .malformed("join inbox id") }
         let invite = Invite(payload: payload, issuer: issuer, signed: signed)
-        if let expiresAt = invite.expiresAt, expiresAt <= now { throw .expired(expiresAt) }
+        if let now, let expiresAt = invite.expiresAt, expiresAt <= now { throw .expired(expiresAt) }
         return invite
     }
 

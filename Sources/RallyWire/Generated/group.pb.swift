@@ -645,6 +645,13 @@ public nonisolated struct WireGroupSnapshot: @unchecked Sendable {
     set {_uniqueStorage()._exploded = newValue}
   }
 
+  /// Every tag the group used before its current one: a rotation may never
+  /// bring a revoked tag back.
+  public var retiredInviteTags: [Data] {
+    get {_storage._retiredInviteTags}
+    set {_uniqueStorage()._retiredInviteTags = newValue}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -1622,7 +1629,7 @@ nonisolated extension WireGroupMemberRecord: SwiftProtobuf.Message, SwiftProtobu
 
 nonisolated extension WireGroupSnapshot: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".GroupSnapshot"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}group_id\0\u{1}epoch\0\u{1}profile\0\u{1}members\0\u{3}needs_rekey\0\u{3}last_commit_id\0\u{3}applied_commit_ids\0\u{3}invite_identity\0\u{3}invite_tag\0\u{3}invite_uses\0\u{3}admitted_join_requests\0\u{1}banned\0\u{1}exploded\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}group_id\0\u{1}epoch\0\u{1}profile\0\u{1}members\0\u{3}needs_rekey\0\u{3}last_commit_id\0\u{3}applied_commit_ids\0\u{3}invite_identity\0\u{3}invite_tag\0\u{3}invite_uses\0\u{3}admitted_join_requests\0\u{1}banned\0\u{1}exploded\0\u{3}retired_invite_tags\0")
 
   fileprivate class _StorageClass {
     var _groupID: String = String()
@@ -1638,6 +1645,7 @@ nonisolated extension WireGroupSnapshot: SwiftProtobuf.Message, SwiftProtobuf._M
     var _admittedJoinRequests: [Data] = []
     var _banned: [String] = []
     var _exploded: Bool = false
+    var _retiredInviteTags: [Data] = []
 
       // This property is used as the initial default value for new instances of the type.
       // The type itself is protecting the reference to its storage via CoW semantics.
@@ -1661,6 +1669,7 @@ nonisolated extension WireGroupSnapshot: SwiftProtobuf.Message, SwiftProtobuf._M
       _admittedJoinRequests = source._admittedJoinRequests
       _banned = source._banned
       _exploded = source._exploded
+      _retiredInviteTags = source._retiredInviteTags
     }
   }
 
@@ -1692,6 +1701,7 @@ nonisolated extension WireGroupSnapshot: SwiftProtobuf.Message, SwiftProtobuf._M
         case 11: try { try decoder.decodeRepeatedBytesField(value: &_storage._admittedJoinRequests) }()
         case 12: try { try decoder.decodeRepeatedStringField(value: &_storage._banned) }()
         case 13: try { try decoder.decodeSingularBoolField(value: &_storage._exploded) }()
+        case 14: try { try decoder.decodeRepeatedBytesField(value: &_storage._retiredInviteTags) }()
         default: break
         }
       }
@@ -1743,6 +1753,9 @@ nonisolated extension WireGroupSnapshot: SwiftProtobuf.Message, SwiftProtobuf._M
       if _storage._exploded != false {
         try visitor.visitSingularBoolField(value: _storage._exploded, fieldNumber: 13)
       }
+      if !_storage._retiredInviteTags.isEmpty {
+        try visitor.visitRepeatedBytesField(value: _storage._retiredInviteTags, fieldNumber: 14)
+      }
     }
     try unknownFields.traverse(visitor: &visitor)
   }
@@ -1765,6 +1778,7 @@ nonisolated extension WireGroupSnapshot: SwiftProtobuf.Message, SwiftProtobuf._M
         if _storage._admittedJoinRequests != rhs_storage._admittedJoinRequests {return false}
         if _storage._banned != rhs_storage._banned {return false}
         if _storage._exploded != rhs_storage._exploded {return false}
+        if _storage._retiredInviteTags != rhs_storage._retiredInviteTags {return false}
         return true
       }
       if !storagesAreEqual {return false}
