@@ -143,6 +143,20 @@ struct InviteGroupWorld {
 }
 
 extension GroupRejectionCase {
+    /// A ChangeRole carrying an invite seed entry addressed to `recipient`
+    /// (the rules judge the addressing; the bytes are not opened).
+    static func promotion(
+        _ target: Identity, to role: GroupRole, sealedTo recipient: Identity
+    ) -> WireGroupCommit.OneOf_Action {
+        var change = WireChangeRole()
+        change.inboxID = target.inboxID.rawValue
+        change.role = role.wire
+        change.inviteSeed.inboxID = recipient.inboxID.rawValue
+        change.inviteSeed.encapsulatedKey = Data(repeating: 1, count: 32)
+        change.inviteSeed.ciphertext = Data(repeating: 2, count: 48)
+        return .changeRole(change)
+    }
+
     /// Invite commits every member must reject.
     static let invites: [GroupRejectionCase] = [
         // SetUpInvites
@@ -270,6 +284,23 @@ extension GroupRejectionCase {
         .init("rotate: to the current tag") { g in
             let w = try InviteGroupWorld(g)
             return on(w.state, w.commit(InviteGroupWorld.rotate(w.tag), by: w.admin), by: w.admin, .invalidInviteTag)
+        },
+        // ChangeRole carrying the invite seed
+        .init("promote: seed sealed to someone else") { g in
+            let w = try InviteGroupWorld(g)
+            let action = Self.promotion(w.member, to: .admin, sealedTo: w.moderator)
+            return on(w.state, w.commit(action, by: w.admin), by: w.admin, .inviteSeedsMismatch)
+        },
+        .init("promote: a seed with a role below admin") { g in
+            let w = try InviteGroupWorld(g)
+            let action = Self.promotion(w.member, to: .moderator, sealedTo: w.member)
+            return on(w.state, w.commit(action, by: w.admin), by: w.admin, .inviteSeedsMismatch)
+        },
+        .init("promote: a seed before invites are set up") { g in
+            let w = try InviteGroupWorld(g)
+            _ = w
+            let action = Self.promotion(g.member, to: .admin, sealedTo: g.member)
+            return on(g.state, g.commit(action, by: g.owner), by: g.owner, .inviteSeedsMismatch)
         },
         .init("rotate: back to a revoked tag") { g in
             let w = try InviteGroupWorld(g)

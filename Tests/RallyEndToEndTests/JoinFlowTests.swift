@@ -444,3 +444,30 @@ struct WatchTests {
         await w.world.stop([w.owner, bob])
     }
 }
+
+@Suite("Admins made later answer too")
+struct PromotedAdminTests {
+    @Test("A member promoted to admin receives the invite seed and admits joiners")
+    func promotedAdminAnswers() async throws {
+        let (w, invite) = try await InviteWorld.start()
+        let dave = try await w.user("dave")
+        _ = try await w.owner.addMember(dave.inboxID, to: w.groupID)
+        _ = try await catchUp(dave, w.groupID)
+        #expect(try dave.store.inviteSeed(group: w.groupID) == nil)
+        _ = try await w.owner.changeRole(of: dave.inboxID, to: .admin, in: w.groupID)
+        _ = try await dave.syncGroup(w.groupID)
+        #expect(try dave.store.inviteSeed(group: w.groupID) != nil)
+        // The owner is offline; the new admin answers, and can invite too.
+        await w.owner.disconnect()
+        let bob = try await w.user("bob")
+        let attempt = try await requestJoin(bob, invite.appLink)
+        guard case .admit? = try await dave.processJoinRequests().first?.decision else {
+            Issue.record("the promoted admin did not admit")
+            return
+        }
+        #expect(try await joinState(bob, attempt).phase == .joined)
+        let own = try await dave.createInvite(in: w.groupID)
+        #expect(own.invite.issuer.inboxID == dave.inboxID)
+        await w.world.stop([w.owner, dave, bob])
+    }
+}

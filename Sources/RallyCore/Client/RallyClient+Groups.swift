@@ -135,10 +135,23 @@ extension RallyClient {
         -> GroupRecord
     {
         let groupID = try group(reference).groupID
+        let seed: SymmetricKey?
+        do {
+            seed = try store.inviteSeed(group: groupID)
+        } catch {
+            throw .store(error)
+        }
         try await commitWithRetries(groupID) { state throws(RallyClientError) in
             var commit = self.newCommit(groupID: groupID, epoch: state.epoch)
             commit.changeRole.inboxID = inbox.rawValue
             commit.changeRole.role = role.wire
+            // A new admin gets the invite seed, so it answers join requests.
+            if role >= .admin, let seed, state.inviteIdentity != nil,
+                let target = state.members[inbox], (state.role(of: inbox) ?? .observer) < .admin
+            {
+                let sealed = try self.sealInviteSeed(seed, to: [target.identity], state: state)
+                commit.changeRole.inviteSeed = sealed[0]
+            }
             return commit
         }
         return try group(groupID)

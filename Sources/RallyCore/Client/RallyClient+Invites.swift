@@ -196,10 +196,17 @@ extension RallyClient {
     nonisolated func sealInviteSeed(
         _ seed: SymmetricKey, toAdminsOf state: GroupState
     ) throws(RallyClientError) -> [WireSealedEpochKey] {
-        let admins = state.members.values.filter { $0.role >= .admin }.map(\.identity)
+        try sealInviteSeed(seed, to: state.members.values.filter { $0.role >= .admin }.map(\.identity), state: state)
+    }
+
+    /// Seals the invite seed for the commit built on `state` (members open
+    /// it at the epoch that commit starts).
+    nonisolated func sealInviteSeed(
+        _ seed: SymmetricKey, to recipients: [PublicIdentity], state: GroupState
+    ) throws(RallyClientError) -> [WireSealedEpochKey] {
         do {
             return try EpochKeys.seal(
-                seed, to: admins, groupID: state.groupID, epoch: state.epoch + 1, info: EpochKeys.inviteSeedInfo)
+                seed, to: recipients, groupID: state.groupID, epoch: state.epoch + 1, info: EpochKeys.inviteSeedInfo)
         } catch {
             throw .recipientKeysInvalid(identity.inboxID, reason: error.description)
         }

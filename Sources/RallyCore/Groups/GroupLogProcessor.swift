@@ -102,6 +102,8 @@ struct GroupLogProcessor {
                     }
                 case .invitesSetUp(let sealedSeeds):
                     inviteSeed = openInviteSeed(sealedSeeds, state: record.state)
+                case .inviteSeedShared(let sealed):
+                    inviteSeed = openInviteSeed([sealed], state: record.state)
                 default:
                     break
                 }

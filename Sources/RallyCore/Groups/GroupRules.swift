@@ -222,10 +222,14 @@ enum GroupRules {
             case .success(let member):
                 // No last-owner check needed: only an owner may target an
                 // owner, never themself, so another owner always remains.
-                return .success(
-                    Change(
-                        mutation: .setRole(member.inboxID, role), rekeys: false,
-                        effects: [.roleChanged(member.inboxID, role)]))
+                var effects: [GroupEffect] = [.roleChanged(member.inboxID, role)]
+                if change.hasInviteSeed {
+                    guard role >= .admin, state.inviteIdentity != nil,
+                        isSealed([change.inviteSeed], toExactly: [member.inboxID])
+                    else { return .failure(.inviteSeedsMismatch) }
+                    effects.append(.inviteSeedShared(change.inviteSeed))
+                }
+                return .success(Change(mutation: .setRole(member.inboxID, role), rekeys: false, effects: effects))
             }
 
         case .leave?:

@@ -231,6 +231,8 @@ public enum GroupEffect: Sendable, Equatable {
     case profileChanged
     /// Invites were set up; admins open their sealed seed from here.
     case invitesSetUp(sealedSeeds: [WireSealedEpochKey])
+    /// A promotion to admin carried the invite seed to the promoted member.
+    case inviteSeedShared(WireSealedEpochKey)
     case inviteTagRotated
     case exploded
     /// The epoch moved on; with `freshKey` the key was replaced, otherwise

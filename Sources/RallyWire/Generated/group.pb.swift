@@ -402,9 +402,23 @@ public nonisolated struct WireChangeRole: Sendable {
 
   public var role: WireGroupRole = .unspecified
 
+  /// On a promotion to admin or owner: the invite seed sealed to the
+  /// promoted member (info "rally-invite-seed-v1"), so it can answer join
+  /// requests too.
+  public var inviteSeed: WireSealedEpochKey {
+    get {_inviteSeed ?? WireSealedEpochKey()}
+    set {_inviteSeed = newValue}
+  }
+  /// Returns true if `inviteSeed` has been explicitly set.
+  public var hasInviteSeed: Bool {self._inviteSeed != nil}
+  /// Clears the value of `inviteSeed`. Subsequent reads from it will return its default value.
+  public mutating func clearInviteSeed() {self._inviteSeed = nil}
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
+
+  fileprivate var _inviteSeed: WireSealedEpochKey? = nil
 }
 
 public nonisolated struct WireLeaveGroup: Sendable {
@@ -1310,7 +1324,7 @@ nonisolated extension WireRemoveMember: SwiftProtobuf.Message, SwiftProtobuf._Me
 
 nonisolated extension WireChangeRole: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".ChangeRole"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}inbox_id\0\u{1}role\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}inbox_id\0\u{1}role\0\u{3}invite_seed\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1320,24 +1334,33 @@ nonisolated extension WireChangeRole: SwiftProtobuf.Message, SwiftProtobuf._Mess
       switch fieldNumber {
       case 1: try { try decoder.decodeSingularStringField(value: &self.inboxID) }()
       case 2: try { try decoder.decodeSingularEnumField(value: &self.role) }()
+      case 3: try { try decoder.decodeSingularMessageField(value: &self._inviteSeed) }()
       default: break
       }
     }
   }
 
   public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
     if !self.inboxID.isEmpty {
       try visitor.visitSingularStringField(value: self.inboxID, fieldNumber: 1)
     }
     if self.role != .unspecified {
       try visitor.visitSingularEnumField(value: self.role, fieldNumber: 2)
     }
+    try { if let v = self._inviteSeed {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 3)
+    } }()
     try unknownFields.traverse(visitor: &visitor)
   }
 
   public static func ==(lhs: WireChangeRole, rhs: WireChangeRole) -> Bool {
     if lhs.inboxID != rhs.inboxID {return false}
     if lhs.role != rhs.role {return false}
+    if lhs._inviteSeed != rhs._inviteSeed {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
