@@ -37,7 +37,8 @@ struct InviteCommand: AsyncParsableCommand {
         @Option(help: "Admit at most N people.") var maxUses: UInt32?
         @Option(help: "Role the invite grants: observer, member, moderator or admin.") var role = "member"
         @Option(help: "Name shown to the joiner (default: the group's name).") var name: String?
-        @Flag(help: "Draw the link as a QR code in the terminal.") var qr = false
+        @Flag(help: "Draw the link as a QR code in the terminal (dark blocks on a light background).") var qr = false
+        @Flag(help: "With --qr: draw for a terminal with light text on a dark background.") var qrInverted = false
         @Option(help: "Write the link as a QR code PNG to this file.") var qrPng: String?
 
         func validate() throws {
@@ -107,7 +108,7 @@ struct InviteCommand: AsyncParsableCommand {
                 limits.append("joins as \(grantedRole)")
                 lines.append("invite to \"\(payload.name)\": \(limits.joined(separator: ", "))")
                 if let qrPng { lines.append("QR code written to \(qrPng)") }
-                if qr, let code { lines.append(code.terminalText()) }
+                if qr, let code { lines.append(code.terminalText(invert: qrInverted)) }
                 return lines.joined(separator: "\n")
             }
         }
