@@ -1,4 +1,5 @@
 import Foundation
+import HTTPTypes
 import Hummingbird
 import HummingbirdWebSocket
 import RallyCrypto
@@ -41,6 +42,22 @@ enum HTTPEndpoints {
                     try FrameCodec.decode(WireSignedKeyBundle.self, from: data, limit: limit)
                 }
                 return FrameCodec.encode(try await services.putKeyBundle(bundle))
+            }
+        }
+        router.get("/join/{slug}") { request, context in
+            let host = request.head.authority ?? "localhost"
+            var headers = HTTPFields()
+            for (name, value) in JoinPage.headers {
+                if let field = HTTPField.Name(name) { headers[field] = value }
+            }
+            switch JoinPage.render(slug: context.parameters.get("slug") ?? "", host: host) {
+            case .page(let html):
+                return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(string: html)))
+            case .badSlug(let reason):
+                headers[.contentType] = "text/plain; charset=utf-8"
+                return Response(
+                    status: .badRequest, headers: headers,
+                    body: .init(byteBuffer: ByteBuffer(string: "This is not a Rally invite link: \(reason).")))
             }
         }
         router.get("/v1/keys/{inboxID}") { _, context in

@@ -16,4 +16,7 @@ public enum WireLimits {
     public static let maxKeyBundleBytes = 4 * 1024
     /// Longest display name in a key bundle, in UTF-8 bytes.
     public static let maxDisplayNameBytes = 128
+    /// Longest invite slug anyone accepts: the SDK's decoder and the
+    /// relay's `/join/<slug>` page share it.
+    public static let maxInviteSlugCharacters = 4096
 }

@@ -229,3 +229,58 @@ struct RelayFixtureView {
         return ((response as? HTTPURLResponse)?.statusCode ?? 0, data)
     }
 }
+
+@Suite("The web link's page", .timeLimit(.minutes(1)))
+struct JoinPageTests {
+    static let slug = "EAoQAQIDBAUGBwgJCgsMDQ4PEBI-_abcXYZ019"
+
+    @Test("GET /join/<slug> hands the invite to the app and the CLI, and leaks it nowhere")
+    func page() async throws {
+        let fixture = try await RelayFixture()
+        var request = URLRequest(url: URL(string: fixture.relay.url.absoluteString + "/join/\(Self.slug)")!)
+        request.httpMethod = "GET"
+        let (data, response) = try await URLSession.shared.data(for: request)
+        let http = try #require(response as? HTTPURLResponse)
+        let html = String(decoding: data, as: UTF8.self)
+        #expect(http.statusCode == 200)
+        #expect(http.value(forHTTPHeaderField: "Content-Type") == "text/html; charset=utf-8")
+        #expect(http.value(forHTTPHeaderField: "Referrer-Policy") == "no-referrer")
+        #expect(http.value(forHTTPHeaderField: "Cache-Control") == "no-store")
+        #expect(http.value(forHTTPHeaderField: "Content-Security-Policy")?.hasPrefix("default-src 'none'") == true)
+        #expect(html.contains("href=\"rally://join/\(Self.slug)\""))
+        #expect(html.contains("rally join https://"))
+        await fixture.stop()
+    }
+
+    @Test(
+        "Anything but a base64url slug of sane length is refused, never echoed",
+        arguments: [
+            ("%3Cscript%3Ealert(1)%3C%2Fscript%3E", "outside base64url"),
+            ("abc%22onload%3D", "outside base64url"),
+            ("slug.with.dots", "outside base64url"),
+            (String(repeating: "A", count: WireLimits.maxInviteSlugCharacters + 1), "longer than"),
+        ])
+    func refused(path: String, reason: String) async throws {
+        let fixture = try await RelayFixture()
+        let result = try await fixture.http("GET", "/join/\(path)")
+        #expect(result.status == 400)
+        let body = String(decoding: result.body, as: UTF8.self)
+        #expect(body.contains(reason))
+        #expect(!body.contains("<script"))
+        #expect(result.contentType == "text/plain; charset=utf-8")
+        await fixture.stop()
+    }
+
+    @Test("The renderer escapes the host and accepts the longest slug")
+    func renderer() {
+        guard case .page(let html) = JoinPage.render(slug: "abc", host: "evil\"><script>") else {
+            Issue.record("expected a page")
+            return
+        }
+        #expect(!html.contains("<script>"))
+        #expect(html.contains("evil&quot;&gt;&lt;script&gt;"))
+        let longest = String(repeating: "A", count: WireLimits.maxInviteSlugCharacters)
+        #expect(JoinPage.render(slug: longest, host: "h") != .badSlug("the invite is longer than 4096 characters"))
+        #expect(JoinPage.render(slug: "", host: "h") == .badSlug("the link has no invite in it"))
+    }
+}

@@ -45,7 +45,7 @@ public enum InviteError: Error, Equatable, Sendable, CustomStringConvertible {
 public enum InviteSlug {
     /// Format version in the header's high nibble.
     public static let version: UInt8 = 1
-    public static let maxCharacters = 4096
+    public static let maxCharacters = WireLimits.maxInviteSlugCharacters
     /// Largest signed invite after inflating; a real one is well under 2 KiB.
     public static let maxInflatedBytes = 8 * 1024
 
