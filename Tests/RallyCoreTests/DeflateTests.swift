@@ -1,5 +1,6 @@
 import Foundation
 import RallyCore
+import RallyTestSupport
 import RallyWire
 import Testing
 

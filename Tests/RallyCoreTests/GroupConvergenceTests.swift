@@ -1,6 +1,7 @@
 import Foundation
 import RallyCore
 import RallyCrypto
+import RallyTestSupport
 import RallyWire
 import Testing
 
@@ -11,7 +12,7 @@ import Testing
 struct GroupLogGenerator {
     typealias T = GroupTest
 
-    var rng: GroupSplitMix64
+    var rng: SeededGenerator
     let pool: [Identity]
     /// The generator's own reading of the log, to build commits that are
     /// mostly valid.
@@ -19,7 +20,7 @@ struct GroupLogGenerator {
     private(set) var log: [WireSignedGroupCommit] = []
 
     init(seed: UInt64) throws {
-        var rng = GroupSplitMix64(seed: seed)
+        var rng = SeededGenerator(seed: seed)
         let size = 5 + Int(seed % 4)
         pool = try (0..<size).map { try T.identity("P\($0)", using: &rng) }
         self.rng = rng
@@ -107,7 +108,7 @@ struct GroupLogGenerator {
         var commit = T.commit(nil, by: author, epoch: epoch, id: rng.bytes(16))
 
         /// Seals a fresh key, usually to exactly `remaining`.
-        func attachKey(_ remaining: [PublicIdentity], target: PublicIdentity?, rng: inout GroupSplitMix64) throws {
+        func attachKey(_ remaining: [PublicIdentity], target: PublicIdentity?, rng: inout SeededGenerator) throws {
             let roll = Int.random(in: 0..<100, using: &rng)
             switch roll {
             case 0..<82: try T.attachFreshKey(to: &commit, for: remaining)
@@ -264,7 +265,7 @@ struct GroupConvergenceTests {
         #expect(removals >= 1, "no applied removal")
         #expect(rejectionKinds.count >= 10, "rejections: \(rejectionKinds.sorted())")
 
-        var rng = GroupSplitMix64(seed: seed ^ 0x5EED)
+        var rng = SeededGenerator(seed: seed ^ 0x5EED)
 
         // (b) Newcomers: a welcome's snapshot at a cut point, then the rest.
         let created = reference.states.indices.filter { reference.states[$0].isCreated }

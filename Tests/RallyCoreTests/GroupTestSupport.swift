@@ -2,29 +2,8 @@ import Crypto
 import Foundation
 import RallyCore
 import RallyCrypto
+import RallyTestSupport
 import RallyWire
-
-/// SplitMix64 for the group property tests: a seed replays a run exactly.
-struct GroupSplitMix64: RandomNumberGenerator {
-    private var state: UInt64
-
-    init(seed: UInt64) { state = seed }
-
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-
-    mutating func bytes(_ count: Int) -> Data {
-        Data((0..<count).map { _ in UInt8.random(in: .min ... .max, using: &self) })
-    }
-
-    /// True with probability `percent` / 100.
-    mutating func chance(_ percent: Int) -> Bool { Int.random(in: 0..<100, using: &self) < percent }
-}
 
 /// A fresh epoch key as the remover / rekeyer seals it.
 struct GroupFreshKey {
@@ -47,7 +26,7 @@ enum GroupTest {
     static func identity(_ name: String) -> Identity { Identity(displayName: name, createdAt: created) }
 
     /// An identity whose keys come from `rng`, so a seeded run is repeatable.
-    static func identity(_ name: String, using rng: inout GroupSplitMix64) throws -> Identity {
+    static func identity(_ name: String, using rng: inout SeededGenerator) throws -> Identity {
         try Identity(
             signingKeyBytes: rng.bytes(32), agreementKeyBytes: rng.bytes(32), displayName: name, createdAt: created)
     }

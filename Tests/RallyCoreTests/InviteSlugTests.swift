@@ -1,6 +1,7 @@
 import Foundation
 import RallyCore
 import RallyCrypto
+import RallyTestSupport
 import RallyWire
 import Testing
 

@@ -1,5 +1,6 @@
 import Foundation
 import RallyCrypto
+import RallyTestSupport
 import RallyWire
 import Testing
 

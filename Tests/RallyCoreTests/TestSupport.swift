@@ -3,25 +3,6 @@ import RallyCore
 import RallyCrypto
 import RallyWire
 
-/// SplitMix64: deterministic bytes so randomized tests replay exactly.
-struct SeededGenerator: RandomNumberGenerator {
-    private var state: UInt64
-
-    init(seed: UInt64) { state = seed }
-
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-
-    mutating func bytes(_ count: Int) -> Data {
-        Data((0..<count).map { _ in UInt8.random(in: .min ... .max, using: &self) })
-    }
-}
-
 /// A store home in a fresh temporary directory; `remove()` deletes it.
 struct TemporaryHome {
     let root: URL
