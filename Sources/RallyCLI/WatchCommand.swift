@@ -53,6 +53,30 @@ struct WatchCommand: AsyncParsableCommand {
         }
     }
 
+    static func describe(_ outcome: GroupOutcome) -> String {
+        switch outcome {
+        case .duplicate: return "already applied"
+        case .rejected(let rejection): return "refused: \(rejection)"
+        case .applied(let effects):
+            let parts = effects.compactMap { effect -> String? in
+                switch effect {
+                case .created: "group created"
+                case .memberAdded(let inbox, let role): "\(inbox.rawValue.prefix(8))… added as \(role)"
+                case .memberRemoved(let inbox): "\(inbox.rawValue.prefix(8))… removed"
+                case .memberLeft(let inbox): "\(inbox.rawValue.prefix(8))… left"
+                case .roleChanged(let inbox, let role): "\(inbox.rawValue.prefix(8))… is now \(role)"
+                case .profileChanged: "profile changed"
+                case .invitesSetUp: "invites set up"
+                case .inviteSeedShared: "invite keys shared with a new admin"
+                case .inviteTagRotated: "outstanding invites revoked"
+                case .exploded: "group exploded"
+                case .epochAdvanced(let epoch, _, let fresh): "epoch \(epoch)\(fresh == nil ? "" : " (new key)")"
+                }
+            }
+            return parts.joined(separator: ", ")
+        }
+    }
+
     func run() async throws {
         let client = try options.openClient()
         let output = options.output
@@ -72,8 +96,9 @@ struct WatchCommand: AsyncParsableCommand {
                     "[\(groupID.prefix(8))] \(MessageJSON.human(message))"
                 }
             case .group(let groupID, .commit(_, _, let author, let outcome)):
-                output.emit(EventJSON(event: "group_commit", groupId: groupID, detail: "\(outcome)")) {
-                    "[\(groupID.prefix(8))] change by \(author.rawValue.prefix(8))…: \(outcome)"
+                let detail = Self.describe(outcome)
+                output.emit(EventJSON(event: "group_commit", groupId: groupID, detail: detail)) {
+                    "[\(groupID.prefix(8))] change by \(author.rawValue.prefix(8))…: \(detail)"
                 }
             case .group(let groupID, .rejected(let seq, let reason)):
                 output.emit(EventJSON(event: "group_rejected", groupId: groupID, detail: "#\(seq): \(reason)")) {

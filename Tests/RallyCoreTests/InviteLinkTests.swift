@@ -102,17 +102,17 @@ struct InviteLinkTests {
 
     @Test func linksForARelay() throws {
         let slug = try Self.slug()
-        let cases: [(relay: String, host: String)] = [
-            ("wss://relay.rally.example:8443/v1/ws?token=x", "relay.rally.example"),
-            ("https://rally.example", "rally.example"),
-            ("http://localhost:8080", "localhost"),
-            ("ws://127.0.0.1:9000/ws", "127.0.0.1"),
+        let cases: [(relay: String, origin: String)] = [
+            ("wss://relay.rally.example:8443/v1/ws?token=x", "https://relay.rally.example:8443"),
+            ("https://rally.example", "https://rally.example"),
+            ("http://localhost:8080", "http://localhost:8080"),
+            ("ws://127.0.0.1:9000/ws", "http://127.0.0.1:9000"),
         ]
-        for (relay, host) in cases {
+        for (relay, origin) in cases {
             let url = try #require(URL(string: relay))
             let links = InviteLink.links(for: slug, relayURL: url)
             #expect(links.app == "rally://join/\(slug)")
-            #expect(links.web == "https://\(host)/join/\(slug)")
+            #expect(links.web == "\(origin)/join/\(slug)")
             #expect(try InviteLink.slug(from: links.app) == slug)
             #expect(try InviteLink.slug(from: links.web) == slug)
         }
@@ -122,9 +122,12 @@ struct InviteLinkTests {
     /// empty host must fall back too rather than give `https:///join/…`.
     @Test func linksForAHostlessRelayUseLocalhost() throws {
         let slug = try Self.slug()
-        for relay in [URL(fileURLWithPath: "/tmp/relay"), try #require(URL(string: "ws:///ws"))] {
+        for (relay, origin) in [
+            (URL(fileURLWithPath: "/tmp/relay"), "https://localhost"),
+            (try #require(URL(string: "ws:///ws")), "http://localhost"),
+        ] {
             let links = InviteLink.links(for: slug, relayURL: relay)
-            #expect(links.web == "https://localhost/join/\(slug)", "\(relay)")
+            #expect(links.web == "\(origin)/join/\(slug)", "\(relay)")
             #expect(links.app == "rally://join/\(slug)")
         }
     }

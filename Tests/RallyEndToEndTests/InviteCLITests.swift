@@ -2,6 +2,10 @@ import Foundation
 import RallyTestSupport
 import Testing
 
+#if canImport(FoundationNetworking)
+    import FoundationNetworking
+#endif
+
 @Suite("rally invite, join and watch across processes")
 struct InviteCLITests {
     struct IdentityJSON: Decodable { let inboxId: String }
@@ -108,6 +112,10 @@ struct InviteCLITests {
         #expect(invite.link == "rally://join/\(invite.slug)")
         #expect(invite.webLink.hasSuffix("/join/\(invite.slug)"))
         #expect(try await zbarDecode(png) == invite.webLink)
+        // The web link opens the relay's page for it.
+        let (page, response) = try await URLSession.shared.data(from: try #require(URL(string: invite.webLink)))
+        #expect((response as? HTTPURLResponse)?.statusCode == 200)
+        #expect(String(decoding: page, as: UTF8.self).contains("rally://join/\(invite.slug)"))
 
         let (watcher, events) = try await b.startWatch("alice")
         let joined = try await b.rally("bob", ["join", invite.link, "--json", "--timeout", "60"])

@@ -111,14 +111,17 @@ public enum InviteSlug {
 /// Invite links: `rally://join/<slug>`, `https://<host>/join/<slug>`, or the
 /// bare slug.
 public enum InviteLink {
+    /// The app link, and the web link on the relay's own origin (where the
+    /// relay serves a page that hands the invite on): `https://<host>` for
+    /// an https or wss relay, `http://` for a plain one, with its port.
     public static func links(for slug: String, relayURL: URL) -> (app: String, web: String) {
-        var components = URLComponents(url: relayURL, resolvingAgainstBaseURL: false) ?? URLComponents()
-        components.scheme = "https"
-        components.port = nil
-        components.path = ""
-        components.query = nil
-        let host = components.host.flatMap { $0.isEmpty ? nil : $0 } ?? "localhost"
-        return ("rally://join/\(slug)", "https://\(host)/join/\(slug)")
+        var components = URLComponents()
+        let scheme = relayURL.scheme?.lowercased()
+        components.scheme = scheme == "http" || scheme == "ws" ? "http" : "https"
+        components.host = relayURL.host.flatMap { $0.isEmpty ? nil : $0 } ?? "localhost"
+        components.port = relayURL.port
+        let origin = components.string ?? "https://localhost"
+        return ("rally://join/\(slug)", "\(origin)/join/\(slug)")
     }
 
     /// Extracts the slug from a link or returns the text if it is a bare
