@@ -471,3 +471,55 @@ struct PromotedAdminTests {
         await w.world.stop([w.owner, dave, bob])
     }
 }
+
+@Suite("A watching admin outlives its relay's restart", .timeLimit(.minutes(1)))
+struct WatchRecoveryTests {
+    @Test("The relay is killed and restarted between two joins; the same watch answers both")
+    func watchSurvivesRelayRestart() async throws {
+        let homes = TemporaryDirectory("rally-watch-restart")
+        defer { homes.remove() }
+        let data = homes.path("relay")
+        var relay = try await RelayProcess.start(dataDirectory: data)
+        let url = relay.url
+        func user(_ name: String) async throws -> RallyClient {
+            try await RallyClient.create(
+                home: homes.path(name), relayURL: url, displayName: name, logger: TestLogger.quiet)
+        }
+        let owner = try await user("olivia")
+        let groupID = try await owner.createGroup(name: "Picnic").groupID
+        let invite = try await owner.createInvite(in: groupID)
+        let (reports, report) = AsyncStream<JoinRequestReport>.makeStream()
+        let watcher = Task {
+            defer { report.finish() }
+            try await owner.watch { event in
+                if case .joinRequest(let handled) = event { report.yield(handled) }
+            }
+        }
+        var handled = reports.makeAsyncIterator()
+        let bob = try await user("bob")
+        let bobJoin = try await requestJoin(bob, invite.appLink)
+        guard case .admit? = await handled.next()?.decision else {
+            Issue.record("the watch did not admit bob")
+            watcher.cancel()
+            return
+        }
+        #expect(try await joinState(bob, bobJoin).phase == .joined)
+        await bob.disconnect()
+
+        await relay.kill()
+        relay = try await RelayProcess.start(dataDirectory: data, port: relay.port)
+        let carol = try await user("carol")
+        let carolJoin = try await requestJoin(carol, invite.appLink)
+        guard case .admit? = await handled.next()?.decision else {
+            Issue.record("after the restart the watch did not admit carol")
+            watcher.cancel()
+            await relay.kill()
+            return
+        }
+        #expect(try await joinState(carol, carolJoin).phase == .joined)
+        watcher.cancel()
+        _ = await watcher.result
+        for client in [owner, carol] { await client.disconnect() }
+        await relay.kill()
+    }
+}
