@@ -416,6 +416,15 @@ private func replay(from client: RallyClient, to inviteInbox: PublicIdentity) as
 
 @Suite("Watching admins answer by themselves")
 struct WatchTests {
+    @Test("A failed follower restarts after 0.5 s, doubling up to 30 s")
+    func restartDelays() {
+        #expect(
+            (1...9).map { RallyClient.watchRestartDelay(after: $0) } == [
+                .milliseconds(500), .seconds(1), .seconds(2), .seconds(4), .seconds(8), .seconds(16), .seconds(30),
+                .seconds(30), .seconds(30),
+            ])
+    }
+
     @Test("An admin's watch answers join requests as they arrive")
     func watchAnswers() async throws {
         let (w, invite) = try await InviteWorld.start()

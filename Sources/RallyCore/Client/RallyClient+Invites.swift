@@ -288,25 +288,29 @@ extension RallyClient {
         let joiner = verified.sender
         let decoded = codecs.decode(verified.body.content)
         let request = decoded.contentType == JoinRequestCodec.contentType ? decoded.value as? WireJoinRequest : nil
-        if (try? store.group(groupID)) != nil {
-            // Decide on the group as it is now: a revocation or an
-            // explosion may have just landed.
+        func decide() throws(RallyClientError) -> JoinRequestDecision {
             do {
-                _ = try await syncGroup(groupID)
+                return JoinRequestPolicy.decide(
+                    .init(
+                        requestID: requestID, sender: joiner, request: request, keys: keys, groupID: groupID,
+                        group: try store.group(groupID), me: identity.inboxID,
+                        seenBefore: try store.joinRequestSeen(requestID.hexString),
+                        senderBlocked: try store.isBlocked(joiner.inboxID), now: Date()))
             } catch {
-                logger.warning("could not sync group \(groupID) before a join request: \(error)")
+                throw .store(error)
             }
         }
-        let decision: JoinRequestDecision
-        do {
-            decision = JoinRequestPolicy.decide(
-                .init(
-                    requestID: requestID, sender: joiner, request: request, keys: keys, groupID: groupID,
-                    group: try store.group(groupID), me: identity.inboxID,
-                    seenBefore: try store.joinRequestSeen(requestID.hexString),
-                    senderBlocked: try store.isBlocked(joiner.inboxID), now: Date()))
-        } catch {
-            throw .store(error)
+        var decision = try decide()
+        // An admission reads the log to its head and decides again before
+        // it commits; any other answer is final, so it is given on the group
+        // as it is now (a revocation or an explosion may have just landed).
+        if !decision.isAdmission, (try? store.group(groupID)) != nil {
+            do {
+                _ = try await syncGroup(groupID)
+                decision = try decide()
+            } catch {
+                logger.warning("could not sync group \(groupID) before answering a join request: \(error)")
+            }
         }
         let (final, errorSent) = try await perform(
             decision, request: request, joiner: joiner, keys: keys, inviteClient: inviteClient, groupID: groupID)

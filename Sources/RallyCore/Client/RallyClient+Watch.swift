@@ -17,6 +17,12 @@ extension RallyClient {
     /// the same home, e.g. `rally invite create` while `rally watch` runs).
     public static let watchRescanInterval: Duration = .seconds(2)
 
+    /// Pause before restarting a failed follower: doubling from half a
+    /// second, at most 30 s.
+    static func watchRestartDelay(after failures: Int) -> Duration {
+        .milliseconds(min(30_000, 500 << min(failures - 1, 6)))
+    }
+
     /// Keeps this client online: follows the inbox, every active group's
     /// log and the invite inbox of every group it administers, answering
     /// join requests as they arrive, until cancelled or a follower fails
@@ -25,12 +31,26 @@ extension RallyClient {
     public func watch(handler: @escaping @Sendable (WatchEvent) async -> Void) async throws(RallyClientError) {
         let (changes, signal) = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
         let failure = FirstFailure()
+        let logger = self.logger
+        /// Runs a follower. Followers reconnect by themselves; one that
+        /// still fails on a relay problem (say, mid-answer while the relay
+        /// restarts) starts again after a pause. Anything else ends the
+        /// watch, loudly.
         @Sendable func guarded(_ body: @Sendable () async throws(RallyClientError) -> Void) async {
-            do {
-                try await body()
-            } catch {
-                await failure.record(error)
-                signal.finish()
+            var failures = 0
+            while !Task.isCancelled {
+                do throws(RallyClientError) {
+                    try await body()
+                    return
+                } catch .relay(let error) where error.isTransient {
+                    failures += 1
+                    logger.warning("watch: a follower stopped (\(error)); starting it again")
+                    try? await Task.sleep(for: Self.watchRestartDelay(after: failures))
+                } catch {
+                    await failure.record(error)
+                    signal.finish()
+                    return
+                }
             }
         }
         await withTaskGroup(of: Void.self) { tasks in

@@ -58,6 +58,11 @@ public enum JoinRequestDecision: Sendable, Equatable {
     /// answers.
     case notForThisClient(reason: String)
 
+    public var isAdmission: Bool {
+        if case .admit = self { return true }
+        return false
+    }
+
     public struct Admission: Sendable, Equatable {
         public let groupID: String
         public let joiner: PublicIdentity
