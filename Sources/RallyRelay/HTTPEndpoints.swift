@@ -1,5 +1,4 @@
 import Foundation
-import HTTPTypes
 import Hummingbird
 import HummingbirdWebSocket
 import RallyCrypto
@@ -46,10 +45,7 @@ enum HTTPEndpoints {
         }
         router.get("/join/{slug}") { request, context in
             let host = request.head.authority ?? "localhost"
-            var headers = HTTPFields()
-            for (name, value) in JoinPage.headers {
-                if let field = HTTPField.Name(name) { headers[field] = value }
-            }
+            var headers = JoinPage.headers
             switch JoinPage.render(slug: context.parameters.get("slug") ?? "", host: host) {
             case .page(let html):
                 return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(string: html)))

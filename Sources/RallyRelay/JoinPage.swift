@@ -1,4 +1,5 @@
 import Foundation
+import HTTPTypes
 import RallyWire
 
 /// What `https://<relay>/join/<slug>` shows in a browser: the invite cannot
@@ -12,14 +13,14 @@ enum JoinPage {
         case badSlug(String)
     }
 
-    static let headers: [(String, String)] = [
-        ("Content-Type", "text/html; charset=utf-8"),
-        // The slug is a bearer credential for asking to join: never sent
-        // on as a referrer, never cached, and nothing on the page runs.
-        ("Referrer-Policy", "no-referrer"),
-        ("Cache-Control", "no-store"),
-        ("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'"),
-        ("X-Content-Type-Options", "nosniff"),
+    /// The slug is a bearer credential for asking to join: never sent on
+    /// as a referrer, never cached, and nothing on the page runs.
+    static let headers: HTTPFields = [
+        .contentType: "text/html; charset=utf-8",
+        HTTPField.Name("Referrer-Policy")!: "no-referrer",
+        .cacheControl: "no-store",
+        .contentSecurityPolicy: "default-src 'none'; style-src 'unsafe-inline'",
+        HTTPField.Name("X-Content-Type-Options")!: "nosniff",
     ]
 
     static func render(slug: String, host: String) -> Outcome {

@@ -32,17 +32,7 @@ public final class JoinFlowViewModel {
     }
 
     /// What to tell the user now; nil while nothing is going on.
-    public var userMessage: String? {
-        switch state {
-        case .uninitialized: nil
-        case .validating: "Checking the invite…"
-        case .validated, .joining: "Waiting for an admin of the group to answer"
-        case .awaitingApproval: "Waiting for approval"
-        case .joined(_, let existing): existing ? "You are already in this conversation" : "Joined"
-        case .joinFailed(let failure): failure.userMessage
-        case .cancelled: "Join cancelled"
-        }
-    }
+    public var userMessage: String? { state.userMessage }
 
     public var isWaiting: Bool {
         switch state {

@@ -6,7 +6,7 @@ import Testing
     import FoundationNetworking
 #endif
 
-@Suite("rally invite, join and watch across processes")
+@Suite("rally invite, join and watch across processes", .timeLimit(.minutes(2)))
 struct InviteCLITests {
     struct IdentityJSON: Decodable { let inboxId: String }
     struct GroupJSON: Decodable { let groupId: String }
@@ -168,6 +168,11 @@ struct InviteCLITests {
         let erinSent = try b.lastLine(
             AttemptJSON.self, try await b.rally("erin", ["join", invite.slug, "--no-wait", "--json"]))
         _ = try await b.rally("erin", ["join", "status", erinSent.requestId], expect: 3)
+        // Waiting with no admin online ends at the timeout with the join under way.
+        // Running `rally join` again with the same invite resumes the same request.
+        let stillWaiting = try await b.rally("erin", ["join", invite.slug, "--timeout", "0.3", "--json"], expect: 3)
+        #expect(try b.lastLine(AttemptJSON.self, stillWaiting).requestId == erinSent.requestId)
+        #expect(stillWaiting.stderr.contains("still waiting"))
         let (watcher, events) = try await b.startWatch("alice")
         var seen: [String] = []
         while seen.count < 2, let line = try await events.nextLine() {

@@ -48,7 +48,7 @@ func joinErrors(in client: RallyClient) throws -> [InviteJoinError] {
 
 func decisions(_ reports: [JoinRequestReport]) -> [JoinRequestDecision?] { reports.map(\.decision) }
 
-@Suite("Joining by invite through a real relay")
+@Suite("Joining by invite through a real relay", .timeLimit(.minutes(2)))
 struct JoinFlowTests {
     @Test("A valid invite admits the joiner; the welcome finishes its join; joining again ends as joined (existing)")
     func admitAndRejoin() async throws {
@@ -254,6 +254,20 @@ struct JoinFlowTests {
         await w.world.stop([w.owner, back])
     }
 
+    @Test("With no admin online, a wait with a timeout returns the join still under way")
+    func waitTimesOut() async throws {
+        let (w, invite) = try await InviteWorld.start()
+        let bob = try await w.user("bob")
+        let attempt = try await requestJoin(bob, invite.appLink)
+        await w.owner.disconnect()
+        let waited = try await bob.waitForJoin(requestID: attempt.requestID, timeout: .milliseconds(300))
+        #expect(waited.phase == .joining)
+        // The join goes on: the admin answers later, and the next wait ends it.
+        _ = try await w.owner.processJoinRequests()
+        #expect(try await bob.waitForJoin(requestID: attempt.requestID, timeout: .seconds(60)).phase == .joined)
+        await w.world.stop([w.owner, bob])
+    }
+
     @Test("Cancelled before the error arrives: the error is dropped")
     func cancelledBeforeError() async throws {
         let (w, invite) = try await InviteWorld.start()
@@ -414,7 +428,7 @@ private func replay(from client: RallyClient, to inviteInbox: PublicIdentity) as
         idempotencyKey: MessageSealing.newMessageID(), shouldPush: true)
 }
 
-@Suite("Watching admins answer by themselves")
+@Suite("Watching admins answer by themselves", .timeLimit(.minutes(1)))
 struct WatchTests {
     @Test("A failed follower restarts after 0.5 s, doubling up to 30 s")
     func restartDelays() {
@@ -454,7 +468,7 @@ struct WatchTests {
     }
 }
 
-@Suite("Admins made later answer too")
+@Suite("Admins made later answer too", .timeLimit(.minutes(1)))
 struct PromotedAdminTests {
     @Test("A member promoted to admin receives the invite seed and admits joiners")
     func promotedAdminAnswers() async throws {

@@ -7,7 +7,7 @@ import Testing
 
 @testable import RallyCore
 
-@Suite("JoinFlowViewModel against a real relay")
+@Suite("JoinFlowViewModel against a real relay", .timeLimit(.minutes(2)))
 @MainActor
 struct JoinFlowViewModelTests {
     @Test("Joined: validating → joining → joined, with the messages a view shows")

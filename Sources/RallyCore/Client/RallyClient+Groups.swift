@@ -170,20 +170,23 @@ extension RallyClient {
 
     /// Builds a commit on the latest state, publishes it, reads the log
     /// back and, if another commit won the race for that epoch, rebuilds
-    /// it on the new state. Any other rejection is final.
+    /// it on the new state. Any other rejection is final. A build that
+    /// returns nil says the intent no longer applies to the new state:
+    /// nothing is published and the result is false.
+    @discardableResult
     func commitWithRetries(
-        _ groupID: String, build: (GroupState) throws(RallyClientError) -> WireGroupCommit
-    ) async throws(RallyClientError) {
+        _ groupID: String, build: (GroupState) throws(RallyClientError) -> WireGroupCommit?
+    ) async throws(RallyClientError) -> Bool {
         for attempt in 1...Self.commitAttempts {
             _ = try await syncGroup(groupID)
             let record = try activeGroup(groupID)
-            let commit = try build(record.state)
+            guard let commit = try build(record.state) else { return false }
             if let hook = commitRaceHook { await hook(attempt) }
             try await publish(commit, to: record)
             let report = try await syncGroup(groupID)
             do {
                 try requireApplied(commit.commitID, in: report)
-                return
+                return true
             } catch .group(.commitRejected(.staleEpoch)) {
                 continue
             }
@@ -534,10 +537,7 @@ extension RallyClient {
         }
     }
 
-    static func randomHex(_ bytes: Int) -> String {
-        var generator = SystemRandomNumberGenerator()
-        return Data((0..<bytes).map { _ in UInt8.random(in: .min ... .max, using: &generator) }).hexString
-    }
+    static func randomHex(_ bytes: Int) -> String { randomBytes(bytes).hexString }
 }
 
 private actor GroupSyncCollector {

@@ -17,7 +17,7 @@ public enum InviteClientError: Error, Sendable, Equatable, CustomStringConvertib
         case .invalidInvite(let error): "\(error); nothing was sent"
         case .notAdmin(let group): "only admins of \(group) can manage its invites"
         case .noInviteKeys(let group):
-            "this client does not hold the invite keys of \(group): an admin who has them can create invites, or `rally invite revoke` after they re-add you as admin"
+            "this client does not hold the invite keys of \(group): they come with being made admin after invites were set up; ask an admin who has them to create the invite"
         case .invitesNotSetUp(let group): "\(group) has no invites yet: create one with `rally invite create`"
         case .joinInboxUnknown(let inbox):
             "the relay does not know this invite's join inbox (\(inbox)): the invite belongs to another relay; use --relay"
@@ -69,7 +69,6 @@ public struct JoinRequestReport: Sendable, Equatable {
     /// Whether a join error went out (sending one may fail; that is logged
     /// and blocks nothing).
     public let errorSent: Bool
-    public let note: String?
 }
 
 extension RallyClient {
@@ -101,8 +100,8 @@ extension RallyClient {
             try await setUpInvites(groupID)
             record = try group(groupID)
         }
+        // Set-up published the invite identity's key bundle.
         let keys = try inviteKeys(groupID, label: label)
-        try await inviteClient(groupID, keys: keys).publishKeyBundle()
         var payload = WireInvitePayload()
         payload.inviteTag = record.state.inviteTag
         payload.issuer = identity.publicIdentity.wireBundle
@@ -120,12 +119,7 @@ extension RallyClient {
         payload.createdAtMs = LocalStore.millis(now)
         let signed = Invite.sign(payload, by: identity)
         let slug = InviteSlug.encode(signed)
-        let invite: Invite
-        do {
-            invite = try Invite.verify(signed, now: now)
-        } catch {
-            throw .invite(.invalidInvite(error))
-        }
+        let invite = Invite(payload: payload, issuer: identity.publicIdentity, signed: signed)
         let links = InviteLink.links(for: slug, relayURL: relayURL)
         return CreatedInvite(invite: invite, slug: slug, appLink: links.app, webLink: links.web, groupID: groupID)
     }
@@ -189,7 +183,6 @@ extension RallyClient {
         } catch .group(.commitRejected(.invitesAlreadySetUp)) {
             // Another admin set them up meanwhile; their seed reached us
             // through the log.
-            inviteClients[groupID] = nil
         }
     }
 
@@ -281,21 +274,19 @@ extension RallyClient {
             logger.warning("invite inbox of \(groupID): dropped envelope #\(envelope.seq): \(error)")
             try finish(nil, groupID, nil, .ignored, "\(error)", block: false, topic, envelope.seq)
             return JoinRequestReport(
-                groupID: groupID, seq: envelope.seq, requestID: nil, joiner: nil, decision: nil, errorSent: false,
-                note: "\(error)")
+                groupID: groupID, seq: envelope.seq, requestID: nil, joiner: nil, decision: nil, errorSent: false)
         }
         let requestID = verified.messageID
         let joiner = verified.sender
         let decoded = codecs.decode(verified.body.content)
         let request = decoded.contentType == JoinRequestCodec.contentType ? decoded.value as? WireJoinRequest : nil
+        let asked = JoinRequestPolicy.Asked(requestID: requestID, sender: joiner, request: request, keys: keys)
         func decide() throws(RallyClientError) -> JoinRequestDecision {
             do {
-                return JoinRequestPolicy.decide(
-                    .init(
-                        requestID: requestID, sender: joiner, request: request, keys: keys, groupID: groupID,
-                        group: try store.group(groupID), me: identity.inboxID,
-                        seenBefore: try store.joinRequestSeen(requestID.hexString),
-                        senderBlocked: try store.isBlocked(joiner.inboxID), now: Date()))
+                return asked.decide(
+                    groupID: groupID, group: try store.group(groupID), me: identity.inboxID,
+                    seenBefore: try store.joinRequestSeen(requestID.hexString),
+                    senderBlocked: try store.isBlocked(joiner.inboxID))
             } catch {
                 throw .store(error)
             }
@@ -312,30 +303,15 @@ extension RallyClient {
                 logger.warning("could not sync group \(groupID) before answering a join request: \(error)")
             }
         }
-        let (final, errorSent) = try await perform(
-            decision, request: request, joiner: joiner, keys: keys, inviteClient: inviteClient, groupID: groupID)
-        let outcome: JoinRequestOutcome
-        var detail: String?
-        switch final {
-        case .duplicate, .ignoredBlockedSender, .notForThisClient: outcome = .ignored
-        case .block(let reason):
-            outcome = .blocked
-            detail = reason
-        case .reject(let type, let reason):
-            outcome = .rejected
-            detail = "\(type.rawValue): \(reason)"
-        case .alreadyMember: outcome = .alreadyMember
-        case .admit: outcome = .admitted
-        }
-        if case .block = final {
-            logger.warning("blocked \(joiner.inboxID): \(detail ?? "")")
-        }
+        let (final, errorSent) = try await perform(decision, asked: asked, inviteClient: inviteClient, groupID: groupID)
+        let (outcome, detail) = final.recorded
+        if outcome == .blocked { logger.warning("blocked \(joiner.inboxID): \(detail ?? "")") }
         // A duplicate keeps the record of the first handling.
         let record: String? = final == .duplicate ? nil : requestID.hexString
         try finish(record, groupID, joiner.inboxID, outcome, detail, block: outcome == .blocked, topic, envelope.seq)
         return JoinRequestReport(
             groupID: groupID, seq: envelope.seq, requestID: requestID.hexString, joiner: joiner.inboxID,
-            decision: final, errorSent: errorSent, note: detail)
+            decision: final, errorSent: errorSent)
     }
 
     private func finish(
@@ -355,36 +331,34 @@ extension RallyClient {
     /// state, deciding again on every rebuild, so a use taken meanwhile
     /// turns it into the matching error. Returns what was finally done.
     private func perform(
-        _ decision: JoinRequestDecision, request: WireJoinRequest?, joiner: PublicIdentity, keys: InviteKeys,
-        inviteClient: RallyClient, groupID: String
+        _ decision: JoinRequestDecision, asked: JoinRequestPolicy.Asked, inviteClient: RallyClient, groupID: String
     ) async throws(RallyClientError) -> (JoinRequestDecision, Bool) {
+        let joiner = asked.sender
         switch decision {
         case .duplicate, .ignoredBlockedSender, .block, .notForThisClient:
             return (decision, false)
         case .reject(let type, let reason):
-            let sent = await sendJoinError(
-                type, reason: reason, request: request, to: joiner.inboxID, inviteClient: inviteClient)
+            let sent = await sendJoinError(type, reason: reason, asked: asked, inviteClient: inviteClient)
             return (decision, sent)
         case .alreadyMember(let groupID, let tag):
             do {
-                try await sendWelcome(to: joiner, groupID: groupID, invite: InviteWelcome(tag: tag, keys: keys))
+                try await sendWelcome(to: joiner, groupID: groupID, invite: InviteWelcome(tag: tag, keys: asked.keys))
             } catch {
                 logger.warning("could not welcome \(joiner.inboxID) back into \(groupID): \(error)")
             }
             return (decision, false)
         case .admit(let admission):
-            var redecided: JoinRequestDecision?
+            var overtaken: JoinRequestDecision = .duplicate
+            let committed: Bool
             do {
-                try await commitWithRetries(groupID) { state throws(RallyClientError) in
-                    let again = JoinRequestPolicy.decide(
-                        .init(
-                            requestID: admission.requestID, sender: joiner, request: request, keys: keys,
-                            groupID: groupID,
-                            group: GroupRecord(groupID: groupID, topicID: "", state: state, status: .active),
-                            me: self.identity.inboxID, seenBefore: false, senderBlocked: false, now: Date()))
+                committed = try await commitWithRetries(groupID) { state throws(RallyClientError) in
+                    let again = asked.decide(
+                        groupID: groupID,
+                        group: GroupRecord(groupID: groupID, topicID: "", state: state, status: .active),
+                        me: self.identity.inboxID, seenBefore: false, senderBlocked: false)
                     guard case .admit(let current) = again else {
-                        redecided = again
-                        throw .invite(.noJoin("admission"))
+                        overtaken = again
+                        return nil
                     }
                     var commit = self.newCommit(groupID: groupID, epoch: state.epoch)
                     commit.addMember.member = joiner.wireBundle
@@ -395,11 +369,6 @@ extension RallyClient {
                     commit.addMember.viaInvite.joinRequestID = current.requestID
                     return commit
                 }
-            } catch .invite(.noJoin("admission")) {
-                guard let redecided else { return (.duplicate, false) }
-                return try await perform(
-                    redecided, request: request, joiner: joiner, keys: keys, inviteClient: inviteClient,
-                    groupID: groupID)
             } catch .group(.commitRejected(let rejection)) {
                 // The rules caught what the decision did not (a race inside
                 // one epoch): answer as the rules say.
@@ -412,13 +381,15 @@ extension RallyClient {
                     case .alreadyMember: .alreadyMember(groupID: groupID, tag: admission.tag)
                     default: .reject(.genericFailure, reason: rejection.description)
                     }
-                return try await perform(
-                    mapped, request: request, joiner: joiner, keys: keys, inviteClient: inviteClient,
-                    groupID: groupID)
+                return try await perform(mapped, asked: asked, inviteClient: inviteClient, groupID: groupID)
+            }
+            // The group changed under the admission: answer as it is now.
+            guard committed else {
+                return try await perform(overtaken, asked: asked, inviteClient: inviteClient, groupID: groupID)
             }
             do {
                 try await sendWelcome(
-                    to: joiner, groupID: groupID, invite: InviteWelcome(tag: admission.tag, keys: keys))
+                    to: joiner, groupID: groupID, invite: InviteWelcome(tag: admission.tag, keys: asked.keys))
             } catch {
                 logger.warning("admitted \(joiner.inboxID) to \(groupID) but could not send the welcome: \(error)")
             }
@@ -431,14 +402,16 @@ extension RallyClient {
     /// request, the joiner's inbox holds one error. A failure is logged and
     /// blocks nothing.
     private func sendJoinError(
-        _ type: JoinErrorType, reason: String, request: WireJoinRequest?, to joiner: InboxID,
-        inviteClient: RallyClient
+        _ type: JoinErrorType, reason: String, asked: JoinRequestPolicy.Asked, inviteClient: RallyClient
     ) async -> Bool {
-        guard let request, let payload = try? Invite.verify(request.invite, now: nil).payload else {
-            return false
-        }
+        // The decision verified this invite; only its tag is needed here.
+        guard let request = asked.request,
+            let payload = try? FrameCodec.decode(
+                WireInvitePayload.self, from: request.invite.payload, limit: InviteSlug.maxInflatedBytes)
+        else { return false }
         let error = InviteJoinError(
             errorType: type, inviteTag: payload.inviteTag.hexString, timestamp: Date(), reason: reason)
+        let joiner = asked.sender.inboxID
         do {
             _ = try await inviteClient.send(
                 error, codec: InviteJoinErrorCodec(), to: joiner, messageID: Self.joinErrorID(for: request.requestID),
@@ -466,13 +439,14 @@ extension RallyClient {
     /// nothing. Starting again with the same invite while a join is under
     /// way resends the same request (the group handles it once).
     public func startJoin(_ text: String, now: Date = Date()) async throws(RallyClientError) -> JoinAttempt {
+        let slug: String
         let invite: Invite
         do {
-            invite = try Invite.parse(text, now: now)
+            slug = try InviteLink.slug(from: text)
+            invite = try Invite.verify(InviteSlug.decode(slug), now: now)
         } catch {
             throw .invite(.invalidInvite(error))
         }
-        let slug = InviteSlug.encode(invite.signed)
         // Invite.verify checked the join inbox id.
         let joinInbox = try! InboxID(validating: invite.payload.joinInboxID)
         let pending: JoinAttempt?
@@ -488,7 +462,7 @@ extension RallyClient {
         } catch .unknownRecipient {
             throw .invite(.joinInboxUnknown(joinInbox))
         }
-        var attempt =
+        let attempt =
             pending
             ?? JoinAttempt(
                 requestID: MessageSealing.newMessageID().hexString,
@@ -506,13 +480,10 @@ extension RallyClient {
         _ = try await send(
             request, codec: JoinRequestCodec(), to: joinInbox, messageID: request.requestID, keepCopy: false)
         do {
-            if let (updated, _) = try store.updateJoinAttempt(requestID: attempt.requestID, .requestSent) {
-                attempt = updated
-            }
+            return try store.updateJoinAttempt(requestID: attempt.requestID, .requestSent) ?? attempt
         } catch {
             throw .store(error)
         }
-        return attempt
     }
 
     /// Follows the inbox until the join ends (joined, failed or cancelled)
@@ -529,10 +500,16 @@ extension RallyClient {
             defer { tick.finish() }
             try await self.followInbox(untilCaughtUp: false) { _ in tick.yield() }
         }
+        // True when the timeout ended the wait.
         let timer = timeout.map { limit in
-            Task {
-                try? await Task.sleep(for: limit)
+            Task { () -> Bool in
+                do {
+                    try await Task.sleep(for: limit)
+                } catch {
+                    return false
+                }
                 tick.finish()
+                return true
             }
         }
         defer {
@@ -547,9 +524,12 @@ extension RallyClient {
             }
             if now.isFinal { return now }
         }
-        if case .failure(let error) = await follower.result, !(timer.map { $0.isCancelled } ?? false) {
-            if let error = error as? RallyClientError { throw error }
-        }
+        // The ticks ended: the timeout passed (the join is still under way),
+        // or the follower stopped on an error, which is the caller's to know.
+        timer?.cancel()
+        let timedOut = await timer?.value ?? false
+        follower.cancel()
+        if !timedOut, case .failure(let error as RallyClientError) = await follower.result { throw error }
         return try joinAttempt(requestID)
     }
 
@@ -580,16 +560,9 @@ extension RallyClient {
     public func cancelJoin(_ requestID: String) throws(RallyClientError) -> JoinAttempt {
         let attempt = try joinAttempt(requestID)
         do {
-            guard let (updated, _) = try store.updateJoinAttempt(requestID: attempt.requestID, .cancel) else {
-                throw RallyClientError.invite(.noJoin("\"\(requestID)\""))
-            }
-            return updated
-        } catch let error as RallyClientError {
-            throw error
-        } catch let error as LocalStoreError {
-            throw .store(error)
+            return try store.updateJoinAttempt(requestID: attempt.requestID, .cancel) ?? attempt
         } catch {
-            throw .store(.failed("\(error)"))
+            throw .store(error)
         }
     }
 

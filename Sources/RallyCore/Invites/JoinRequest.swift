@@ -63,6 +63,17 @@ public enum JoinRequestDecision: Sendable, Equatable {
         return false
     }
 
+    /// What the admin's store records of it, with the reason if any.
+    public var recorded: (outcome: JoinRequestOutcome, detail: String?) {
+        switch self {
+        case .duplicate, .ignoredBlockedSender, .notForThisClient: (.ignored, nil)
+        case .block(let reason): (.blocked, reason)
+        case .reject(let type, let reason): (.rejected, "\(type.rawValue): \(reason)")
+        case .alreadyMember: (.alreadyMember, nil)
+        case .admit: (.admitted, nil)
+        }
+    }
+
     public struct Admission: Sendable, Equatable {
         public let groupID: String
         public let joiner: PublicIdentity
@@ -107,6 +118,26 @@ public enum JoinRequestPolicy {
             self.seenBefore = seenBefore
             self.senderBlocked = senderBlocked
             self.now = now
+        }
+    }
+
+    /// What a request brought, apart from the group facts a decision also
+    /// needs: the shell decides it once, and again on every rebuild of an
+    /// admission.
+    public struct Asked: Sendable {
+        public let requestID: Data
+        public let sender: PublicIdentity
+        public let request: WireJoinRequest?
+        public let keys: InviteKeys
+
+        public func decide(
+            groupID: String, group: GroupRecord?, me: InboxID, seenBefore: Bool, senderBlocked: Bool,
+            now: Date = Date()
+        ) -> JoinRequestDecision {
+            JoinRequestPolicy.decide(
+                Context(
+                    requestID: requestID, sender: sender, request: request, keys: keys, groupID: groupID,
+                    group: group, me: me, seenBefore: seenBefore, senderBlocked: senderBlocked, now: now))
         }
     }
 

@@ -22,6 +22,19 @@ public struct JoinStateMachine: Sendable, Equatable {
             default: false
             }
         }
+
+        /// What to tell the user; nil while nothing is going on.
+        public var userMessage: String? {
+            switch self {
+            case .uninitialized: nil
+            case .validating: "Checking the invite…"
+            case .validated, .joining: "Waiting for an admin of the group to answer"
+            case .awaitingApproval: "Waiting for approval"
+            case .joined(_, let existing): existing ? "You are already in this conversation" : "Joined"
+            case .joinFailed(let failure): failure.userMessage
+            case .cancelled: "Join cancelled"
+            }
+        }
     }
 
     /// What the joiner knows of the invite it is using.
@@ -94,16 +107,14 @@ public struct JoinStateMachine: Sendable, Equatable {
             state = .joinFailed(.invalidInvite(error))
         case (.validated(let invite), .requestSent):
             state = .joining(invite)
-        case (.validated(let invite), .alreadyMember(let groupID)), (.joining(let invite), .alreadyMember(let groupID)):
-            _ = invite
+        case (.validated, .alreadyMember(let groupID)), (.joining, .alreadyMember(let groupID)):
             state = .joined(groupID: groupID, existing: true)
         case (.joining(let invite), .approvalPending(let tag, let from)):
             if let ignored = Self.check(invite, tag: tag, from: from) { return ignored }
             state = .awaitingApproval(invite)
-        case (.joining(let invite), .welcomeReceived(let tag, let groupID, let from)),
-            (.awaitingApproval(let invite), .welcomeReceived(let tag, let groupID, let from)):
+        case (.joining(let invite), .welcomeReceived(let tag, let groupID, _)),
+            (.awaitingApproval(let invite), .welcomeReceived(let tag, let groupID, _)):
             if let ignored = Self.check(invite, tag: tag, from: nil) { return ignored }
-            _ = from
             state = .joined(groupID: groupID, existing: false)
         case (.joining(let invite), .errorReceived(let error, let from)),
             (.awaitingApproval(let invite), .errorReceived(let error, let from)),

@@ -39,15 +39,7 @@ public struct JoinAttempt: Sendable, Equatable, Codable {
     public var isFinal: Bool { machine.state.isFinal }
 
     /// The user-facing line for the attempt's outcome so far.
-    public var userMessage: String {
-        switch machine.state {
-        case .joined(_, let existing): existing ? "You are already in this conversation" : "Joined"
-        case .joinFailed(let failure): failure.userMessage
-        case .cancelled: "Join cancelled"
-        case .awaitingApproval: "Waiting for approval"
-        default: "Waiting for an admin of the group to answer"
-        }
-    }
+    public var userMessage: String { machine.state.userMessage ?? "" }
 
     /// Takes the state machine's new state. States the store cannot hold
     /// (validating, uninitialized, a local validation failure) never reach
@@ -126,10 +118,6 @@ extension LocalStore {
             arguments: [group, seed.withUnsafeBytes { Data($0) }])
     }
 
-    public func saveInviteSeed(_ seed: SymmetricKey, group: String) throws(LocalStoreError) {
-        try write { db in try Self.saveInviteSeed(seed, group: group, db: db) }
-    }
-
     public func inviteSeed(group: String) throws(LocalStoreError) -> SymmetricKey? {
         try read { db in
             try Data.fetchOne(db, sql: "SELECT seed FROM invite_seed WHERE group_id = ?", arguments: [group])
@@ -182,45 +170,35 @@ extension LocalStore {
         }
     }
 
-    public func joinAttempt(requestID: String) throws(LocalStoreError) -> JoinAttempt? {
-        try read { db in
-            try Data.fetchOne(db, sql: "SELECT record FROM join_attempt WHERE request_id = ?", arguments: [requestID])
-                .map { try JSONDecoder().decode(JoinAttempt.self, from: $0) }
-        }
-    }
-
     /// Applies an answer to every unfinished attempt with its tag; the state
     /// machine drops what does not fit (wrong sender, already final).
     static func applyJoinEvent(_ joinEvent: JoinEventForStore, db: Database) throws {
         let records = try Data.fetchAll(
             db, sql: "SELECT record FROM join_attempt WHERE tag = ?", arguments: [joinEvent.tag])
-        for data in records {
-            var attempt = try JSONDecoder().decode(JoinAttempt.self, from: data)
-            var machine = attempt.machine
-            guard machine.apply(joinEvent.event) == nil else { continue }
-            attempt.adopt(machine.state, at: Date())
-            try saveJoinAttempt(attempt, db: db)
+        for record in records { try apply(joinEvent.event, to: record, db: db) }
+    }
+
+    /// Applies a local event (sent, cancel) to one attempt and returns it
+    /// as it now stands; nil if there is no such attempt.
+    public func updateJoinAttempt(
+        requestID: String, _ event: JoinStateMachine.Event
+    ) throws(LocalStoreError) -> JoinAttempt? {
+        try write { db in
+            try Data.fetchOne(db, sql: "SELECT record FROM join_attempt WHERE request_id = ?", arguments: [requestID])
+                .map { try Self.apply(event, to: $0, db: db) }
         }
     }
 
-    /// Applies a local event (cancel) to one attempt.
-    public func updateJoinAttempt(
-        requestID: String, _ event: JoinStateMachine.Event
-    ) throws(LocalStoreError) -> (JoinAttempt, JoinStateMachine.Ignored?)? {
-        try write { db in
-            guard
-                let data = try Data.fetchOne(
-                    db, sql: "SELECT record FROM join_attempt WHERE request_id = ?", arguments: [requestID])
-            else { return nil }
-            var attempt = try JSONDecoder().decode(JoinAttempt.self, from: data)
-            var machine = attempt.machine
-            let ignored = machine.apply(event)
-            if ignored == nil {
-                attempt.adopt(machine.state, at: Date())
-                try Self.saveJoinAttempt(attempt, db: db)
-            }
-            return (attempt, ignored)
-        }
+    /// Runs one stored attempt's state machine on `event`, saving the
+    /// attempt if the event moved it.
+    @discardableResult
+    private static func apply(_ event: JoinStateMachine.Event, to record: Data, db: Database) throws -> JoinAttempt {
+        var attempt = try JSONDecoder().decode(JoinAttempt.self, from: record)
+        var machine = attempt.machine
+        guard machine.apply(event) == nil else { return attempt }
+        attempt.adopt(machine.state, at: Date())
+        try saveJoinAttempt(attempt, db: db)
+        return attempt
     }
 
     // MARK: Join requests (admins)
@@ -229,14 +207,6 @@ extension LocalStore {
         try read { db in
             try Bool.fetchOne(
                 db, sql: "SELECT 1 FROM join_request_seen WHERE request_id = ?", arguments: [requestID]) ?? false
-        }
-    }
-
-    public func joinRequestOutcome(_ requestID: String) throws(LocalStoreError) -> JoinRequestOutcome? {
-        try read { db in
-            try String.fetchOne(
-                db, sql: "SELECT outcome FROM join_request_seen WHERE request_id = ?", arguments: [requestID]
-            ).flatMap(JoinRequestOutcome.init(rawValue:))
         }
     }
 
@@ -270,14 +240,6 @@ extension LocalStore {
         try read { db in
             try Bool.fetchOne(db, sql: "SELECT 1 FROM blocked_inbox WHERE inbox_id = ?", arguments: [inbox.rawValue])
                 ?? false
-        }
-    }
-
-    public func blockedInboxes() throws(LocalStoreError) -> [(inbox: String, reason: String)] {
-        try read { db in
-            try Row.fetchAll(db, sql: "SELECT inbox_id, reason FROM blocked_inbox ORDER BY at_ms").map { row in
-                (inbox: row["inbox_id"] as String, reason: row["reason"] as String)
-            }
         }
     }
 }
