@@ -7,6 +7,7 @@ public enum SigningDomain: String, Sendable, CaseIterable {
     case httpAuth = "rally-http-auth-v1"
     case keyBundle = "rally-keybundle-v1"
     case message = "rally-message-v1"
+    case topicAccess = "rally-topic-access-v1"
 
     public func bytes(_ payload: Data) -> Data {
         var data = Data(rawValue.utf8)

@@ -20,6 +20,11 @@ extension WireErrorCode {
         case .shuttingDown: "shutting_down"
         case .internal: "internal"
         case .invalidRequest: "invalid_request"
+        case .conflict: "conflict"
+        case .quotaExceeded: "quota_exceeded"
+        case .accessRevoked: "access_revoked"
+        case .tooManyConnections: "too_many_connections"
+        case .idleTimeout: "idle_timeout"
         case .UNRECOGNIZED(let value): "unrecognized_\(value)"
         }
     }

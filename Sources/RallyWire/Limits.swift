@@ -2,7 +2,7 @@
 /// payload limit in its challenge so clients can size their publishes.
 public enum WireLimits {
     /// Version of the frame protocol spoken by this build.
-    public static let protocolVersion: UInt32 = 1
+    public static let protocolVersion: UInt32 = 2
     /// Largest envelope payload the relay stores.
     public static let maxPayloadBytes = 256 * 1024
     /// Largest frame either side accepts: a payload plus room for the

@@ -86,6 +86,7 @@ public nonisolated struct WireGroupLogEntry: Sendable {
 
   public var entry: WireGroupLogEntry.OneOf_Entry? = nil
 
+  /// Never published since ADR 0008: commits travel sealed. Refused.
   public var commit: WireSignedGroupCommit {
     get {
       if case .commit(let v)? = entry {return v}
@@ -102,13 +103,40 @@ public nonisolated struct WireGroupLogEntry: Sendable {
     set {entry = .message(newValue)}
   }
 
+  public var sealedCommit: WireSealedGroupCommit {
+    get {
+      if case .sealedCommit(let v)? = entry {return v}
+      return WireSealedGroupCommit()
+    }
+    set {entry = .sealedCommit(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Entry: Equatable, Sendable {
+    /// Never published since ADR 0008: commits travel sealed. Refused.
     case commit(WireSignedGroupCommit)
     case message(WireGroupCiphertext)
+    case sealedCommit(WireSealedGroupCommit)
 
   }
+
+  public init() {}
+}
+
+/// A SignedGroupCommit encrypted with ChaCha20-Poly1305 under the commit key
+/// of `epoch` (HKDF of that epoch's key, info "rally-commit-key-v1"), aad =
+/// group id and epoch. The relay sees neither names, members, roles nor tags.
+public nonisolated struct WireSealedGroupCommit: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var epoch: UInt64 = 0
+
+  public var sealedBox: Data = Data()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
 }
@@ -179,6 +207,14 @@ public nonisolated struct WireGroupCommit: @unchecked Sendable {
   public var createdAtMs: Int64 {
     get {_storage._createdAtMs}
     set {_uniqueStorage()._createdAtMs = newValue}
+  }
+
+  /// The transcript hash of the state this commit builds on: every member
+  /// checks it, so a relay that shows members different histories is
+  /// detected (docs/adr/0008).
+  public var parentTranscript: Data {
+    get {_storage._parentTranscript}
+    set {_uniqueStorage()._parentTranscript = newValue}
   }
 
   public var action: OneOf_Action? {
@@ -280,6 +316,17 @@ public nonisolated struct WireGroupCommit: @unchecked Sendable {
     get {_storage._epochKeyCommitment}
     set {_uniqueStorage()._epochKeyCommitment = newValue}
   }
+
+  /// A new invite identity and tag, sealed to the admins who keep their
+  /// rights: required when an admin loses them (removed, demoted, left).
+  public var rotateInvites: WireSetUpInvites {
+    get {_storage._rotateInvites ?? WireSetUpInvites()}
+    set {_uniqueStorage()._rotateInvites = newValue}
+  }
+  /// Returns true if `rotateInvites` has been explicitly set.
+  public var hasRotateInvites: Bool {_storage._rotateInvites != nil}
+  /// Clears the value of `rotateInvites`. Subsequent reads from it will return its default value.
+  public mutating func clearRotateInvites() {_uniqueStorage()._rotateInvites = nil}
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -666,6 +713,24 @@ public nonisolated struct WireGroupSnapshot: @unchecked Sendable {
     set {_uniqueStorage()._retiredInviteTags = newValue}
   }
 
+  /// The transcript hash after the last applied commit.
+  public var transcript: Data {
+    get {_storage._transcript}
+    set {_uniqueStorage()._transcript = newValue}
+  }
+
+  /// An admin left: invites stay closed until an admin rotates them.
+  public var invitesNeedRotation: Bool {
+    get {_storage._invitesNeedRotation}
+    set {_uniqueStorage()._invitesNeedRotation = newValue}
+  }
+
+  /// Invite identities the group used before its current one (public keys).
+  public var retiredInviteIdentities: [WireKeyBundle] {
+    get {_storage._retiredInviteIdentities}
+    set {_uniqueStorage()._retiredInviteIdentities = newValue}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -724,6 +789,17 @@ public nonisolated struct WireGroupWelcome: Sendable {
   /// The invite identity's seed, for a newcomer who is an admin.
   public var inviteSeed: Data = Data()
 
+  /// The commit key of the admission commit (the entry at snapshot_seq), so
+  /// the newcomer checks the welcome against the group's own log before it
+  /// opens anything.
+  public var admissionCommitKey: Data = Data()
+
+  /// The topic's current access secret (docs/adr/0008).
+  public var topicAccessSecret: Data = Data()
+
+  /// The join request this welcome answers (empty for a direct add).
+  public var joinRequestID: Data = Data()
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -741,7 +817,7 @@ nonisolated extension WireGroupRole: SwiftProtobuf._ProtoNameProviding {
 
 nonisolated extension WireGroupLogEntry: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".GroupLogEntry"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}commit\0\u{1}message\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}commit\0\u{1}message\0\u{3}sealed_commit\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -775,6 +851,19 @@ nonisolated extension WireGroupLogEntry: SwiftProtobuf.Message, SwiftProtobuf._M
           self.entry = .message(v)
         }
       }()
+      case 3: try {
+        var v: WireSealedGroupCommit?
+        var hadOneofValue = false
+        if let current = self.entry {
+          hadOneofValue = true
+          if case .sealedCommit(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.entry = .sealedCommit(v)
+        }
+      }()
       default: break
       }
     }
@@ -794,6 +883,10 @@ nonisolated extension WireGroupLogEntry: SwiftProtobuf.Message, SwiftProtobuf._M
       guard case .message(let v)? = self.entry else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 2)
     }()
+    case .sealedCommit?: try {
+      guard case .sealedCommit(let v)? = self.entry else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 3)
+    }()
     case nil: break
     }
     try unknownFields.traverse(visitor: &visitor)
@@ -801,6 +894,41 @@ nonisolated extension WireGroupLogEntry: SwiftProtobuf.Message, SwiftProtobuf._M
 
   public static func ==(lhs: WireGroupLogEntry, rhs: WireGroupLogEntry) -> Bool {
     if lhs.entry != rhs.entry {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension WireSealedGroupCommit: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".SealedGroupCommit"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}epoch\0\u{3}sealed_box\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt64Field(value: &self.epoch) }()
+      case 2: try { try decoder.decodeSingularBytesField(value: &self.sealedBox) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.epoch != 0 {
+      try visitor.visitSingularUInt64Field(value: self.epoch, fieldNumber: 1)
+    }
+    if !self.sealedBox.isEmpty {
+      try visitor.visitSingularBytesField(value: self.sealedBox, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: WireSealedGroupCommit, rhs: WireSealedGroupCommit) -> Bool {
+    if lhs.epoch != rhs.epoch {return false}
+    if lhs.sealedBox != rhs.sealedBox {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -878,7 +1006,7 @@ nonisolated extension WireGroupProfile: SwiftProtobuf.Message, SwiftProtobuf._Me
 
 nonisolated extension WireGroupCommit: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".GroupCommit"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}group_id\0\u{1}epoch\0\u{3}commit_id\0\u{1}author\0\u{3}created_at_ms\0\u{2}\u{5}create\0\u{3}add_member\0\u{3}remove_member\0\u{3}change_role\0\u{1}leave\0\u{3}update_profile\0\u{1}rekey\0\u{3}set_up_invites\0\u{3}rotate_invite_tag\0\u{1}explode\0\u{4}\u{b}epoch_keys\0\u{3}epoch_key_commitment\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}group_id\0\u{1}epoch\0\u{3}commit_id\0\u{1}author\0\u{3}created_at_ms\0\u{3}parent_transcript\0\u{2}\u{4}create\0\u{3}add_member\0\u{3}remove_member\0\u{3}change_role\0\u{1}leave\0\u{3}update_profile\0\u{1}rekey\0\u{3}set_up_invites\0\u{3}rotate_invite_tag\0\u{1}explode\0\u{4}\u{b}epoch_keys\0\u{3}epoch_key_commitment\0\u{3}rotate_invites\0")
 
   fileprivate class _StorageClass {
     var _groupID: String = String()
@@ -886,9 +1014,11 @@ nonisolated extension WireGroupCommit: SwiftProtobuf.Message, SwiftProtobuf._Mes
     var _commitID: Data = Data()
     var _author: WireKeyBundle? = nil
     var _createdAtMs: Int64 = 0
+    var _parentTranscript: Data = Data()
     var _action: WireGroupCommit.OneOf_Action?
     var _epochKeys: [WireSealedEpochKey] = []
     var _epochKeyCommitment: Data = Data()
+    var _rotateInvites: WireSetUpInvites? = nil
 
       // This property is used as the initial default value for new instances of the type.
       // The type itself is protecting the reference to its storage via CoW semantics.
@@ -904,9 +1034,11 @@ nonisolated extension WireGroupCommit: SwiftProtobuf.Message, SwiftProtobuf._Mes
       _commitID = source._commitID
       _author = source._author
       _createdAtMs = source._createdAtMs
+      _parentTranscript = source._parentTranscript
       _action = source._action
       _epochKeys = source._epochKeys
       _epochKeyCommitment = source._epochKeyCommitment
+      _rotateInvites = source._rotateInvites
     }
   }
 
@@ -930,6 +1062,7 @@ nonisolated extension WireGroupCommit: SwiftProtobuf.Message, SwiftProtobuf._Mes
         case 3: try { try decoder.decodeSingularBytesField(value: &_storage._commitID) }()
         case 4: try { try decoder.decodeSingularMessageField(value: &_storage._author) }()
         case 5: try { try decoder.decodeSingularInt64Field(value: &_storage._createdAtMs) }()
+        case 6: try { try decoder.decodeSingularBytesField(value: &_storage._parentTranscript) }()
         case 10: try {
           var v: WireCreateGroup?
           var hadOneofValue = false
@@ -1062,6 +1195,7 @@ nonisolated extension WireGroupCommit: SwiftProtobuf.Message, SwiftProtobuf._Mes
         }()
         case 30: try { try decoder.decodeRepeatedMessageField(value: &_storage._epochKeys) }()
         case 31: try { try decoder.decodeSingularBytesField(value: &_storage._epochKeyCommitment) }()
+        case 32: try { try decoder.decodeSingularMessageField(value: &_storage._rotateInvites) }()
         default: break
         }
       }
@@ -1088,6 +1222,9 @@ nonisolated extension WireGroupCommit: SwiftProtobuf.Message, SwiftProtobuf._Mes
       } }()
       if _storage._createdAtMs != 0 {
         try visitor.visitSingularInt64Field(value: _storage._createdAtMs, fieldNumber: 5)
+      }
+      if !_storage._parentTranscript.isEmpty {
+        try visitor.visitSingularBytesField(value: _storage._parentTranscript, fieldNumber: 6)
       }
       switch _storage._action {
       case .create?: try {
@@ -1138,6 +1275,9 @@ nonisolated extension WireGroupCommit: SwiftProtobuf.Message, SwiftProtobuf._Mes
       if !_storage._epochKeyCommitment.isEmpty {
         try visitor.visitSingularBytesField(value: _storage._epochKeyCommitment, fieldNumber: 31)
       }
+      try { if let v = _storage._rotateInvites {
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 32)
+      } }()
     }
     try unknownFields.traverse(visitor: &visitor)
   }
@@ -1152,9 +1292,11 @@ nonisolated extension WireGroupCommit: SwiftProtobuf.Message, SwiftProtobuf._Mes
         if _storage._commitID != rhs_storage._commitID {return false}
         if _storage._author != rhs_storage._author {return false}
         if _storage._createdAtMs != rhs_storage._createdAtMs {return false}
+        if _storage._parentTranscript != rhs_storage._parentTranscript {return false}
         if _storage._action != rhs_storage._action {return false}
         if _storage._epochKeys != rhs_storage._epochKeys {return false}
         if _storage._epochKeyCommitment != rhs_storage._epochKeyCommitment {return false}
+        if _storage._rotateInvites != rhs_storage._rotateInvites {return false}
         return true
       }
       if !storagesAreEqual {return false}
@@ -1652,7 +1794,7 @@ nonisolated extension WireGroupMemberRecord: SwiftProtobuf.Message, SwiftProtobu
 
 nonisolated extension WireGroupSnapshot: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".GroupSnapshot"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}group_id\0\u{1}epoch\0\u{1}profile\0\u{1}members\0\u{3}needs_rekey\0\u{3}last_commit_id\0\u{3}applied_commit_ids\0\u{3}invite_identity\0\u{3}invite_tag\0\u{3}invite_uses\0\u{3}admitted_join_requests\0\u{1}banned\0\u{1}exploded\0\u{3}retired_invite_tags\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}group_id\0\u{1}epoch\0\u{1}profile\0\u{1}members\0\u{3}needs_rekey\0\u{3}last_commit_id\0\u{3}applied_commit_ids\0\u{3}invite_identity\0\u{3}invite_tag\0\u{3}invite_uses\0\u{3}admitted_join_requests\0\u{1}banned\0\u{1}exploded\0\u{3}retired_invite_tags\0\u{1}transcript\0\u{3}invites_need_rotation\0\u{3}retired_invite_identities\0")
 
   fileprivate class _StorageClass {
     var _groupID: String = String()
@@ -1669,6 +1811,9 @@ nonisolated extension WireGroupSnapshot: SwiftProtobuf.Message, SwiftProtobuf._M
     var _banned: [String] = []
     var _exploded: Bool = false
     var _retiredInviteTags: [Data] = []
+    var _transcript: Data = Data()
+    var _invitesNeedRotation: Bool = false
+    var _retiredInviteIdentities: [WireKeyBundle] = []
 
       // This property is used as the initial default value for new instances of the type.
       // The type itself is protecting the reference to its storage via CoW semantics.
@@ -1693,6 +1838,9 @@ nonisolated extension WireGroupSnapshot: SwiftProtobuf.Message, SwiftProtobuf._M
       _banned = source._banned
       _exploded = source._exploded
       _retiredInviteTags = source._retiredInviteTags
+      _transcript = source._transcript
+      _invitesNeedRotation = source._invitesNeedRotation
+      _retiredInviteIdentities = source._retiredInviteIdentities
     }
   }
 
@@ -1725,6 +1873,9 @@ nonisolated extension WireGroupSnapshot: SwiftProtobuf.Message, SwiftProtobuf._M
         case 12: try { try decoder.decodeRepeatedStringField(value: &_storage._banned) }()
         case 13: try { try decoder.decodeSingularBoolField(value: &_storage._exploded) }()
         case 14: try { try decoder.decodeRepeatedBytesField(value: &_storage._retiredInviteTags) }()
+        case 15: try { try decoder.decodeSingularBytesField(value: &_storage._transcript) }()
+        case 16: try { try decoder.decodeSingularBoolField(value: &_storage._invitesNeedRotation) }()
+        case 17: try { try decoder.decodeRepeatedMessageField(value: &_storage._retiredInviteIdentities) }()
         default: break
         }
       }
@@ -1779,6 +1930,15 @@ nonisolated extension WireGroupSnapshot: SwiftProtobuf.Message, SwiftProtobuf._M
       if !_storage._retiredInviteTags.isEmpty {
         try visitor.visitRepeatedBytesField(value: _storage._retiredInviteTags, fieldNumber: 14)
       }
+      if !_storage._transcript.isEmpty {
+        try visitor.visitSingularBytesField(value: _storage._transcript, fieldNumber: 15)
+      }
+      if _storage._invitesNeedRotation != false {
+        try visitor.visitSingularBoolField(value: _storage._invitesNeedRotation, fieldNumber: 16)
+      }
+      if !_storage._retiredInviteIdentities.isEmpty {
+        try visitor.visitRepeatedMessageField(value: _storage._retiredInviteIdentities, fieldNumber: 17)
+      }
     }
     try unknownFields.traverse(visitor: &visitor)
   }
@@ -1802,6 +1962,9 @@ nonisolated extension WireGroupSnapshot: SwiftProtobuf.Message, SwiftProtobuf._M
         if _storage._banned != rhs_storage._banned {return false}
         if _storage._exploded != rhs_storage._exploded {return false}
         if _storage._retiredInviteTags != rhs_storage._retiredInviteTags {return false}
+        if _storage._transcript != rhs_storage._transcript {return false}
+        if _storage._invitesNeedRotation != rhs_storage._invitesNeedRotation {return false}
+        if _storage._retiredInviteIdentities != rhs_storage._retiredInviteIdentities {return false}
         return true
       }
       if !storagesAreEqual {return false}
@@ -1848,7 +2011,7 @@ nonisolated extension WireInviteUse: SwiftProtobuf.Message, SwiftProtobuf._Messa
 
 nonisolated extension WireGroupWelcome: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".GroupWelcome"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}group_id\0\u{3}topic_id\0\u{3}snapshot_seq\0\u{1}snapshot\0\u{3}epoch_key\0\u{3}invite_tag\0\u{3}invite_proof\0\u{3}invite_seed\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}group_id\0\u{3}topic_id\0\u{3}snapshot_seq\0\u{1}snapshot\0\u{3}epoch_key\0\u{3}invite_tag\0\u{3}invite_proof\0\u{3}invite_seed\0\u{3}admission_commit_key\0\u{3}topic_access_secret\0\u{3}join_request_id\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1864,6 +2027,9 @@ nonisolated extension WireGroupWelcome: SwiftProtobuf.Message, SwiftProtobuf._Me
       case 6: try { try decoder.decodeSingularStringField(value: &self.inviteTag) }()
       case 7: try { try decoder.decodeSingularBytesField(value: &self.inviteProof) }()
       case 8: try { try decoder.decodeSingularBytesField(value: &self.inviteSeed) }()
+      case 9: try { try decoder.decodeSingularBytesField(value: &self.admissionCommitKey) }()
+      case 10: try { try decoder.decodeSingularBytesField(value: &self.topicAccessSecret) }()
+      case 11: try { try decoder.decodeSingularBytesField(value: &self.joinRequestID) }()
       default: break
       }
     }
@@ -1898,6 +2064,15 @@ nonisolated extension WireGroupWelcome: SwiftProtobuf.Message, SwiftProtobuf._Me
     if !self.inviteSeed.isEmpty {
       try visitor.visitSingularBytesField(value: self.inviteSeed, fieldNumber: 8)
     }
+    if !self.admissionCommitKey.isEmpty {
+      try visitor.visitSingularBytesField(value: self.admissionCommitKey, fieldNumber: 9)
+    }
+    if !self.topicAccessSecret.isEmpty {
+      try visitor.visitSingularBytesField(value: self.topicAccessSecret, fieldNumber: 10)
+    }
+    if !self.joinRequestID.isEmpty {
+      try visitor.visitSingularBytesField(value: self.joinRequestID, fieldNumber: 11)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -1910,6 +2085,9 @@ nonisolated extension WireGroupWelcome: SwiftProtobuf.Message, SwiftProtobuf._Me
     if lhs.inviteTag != rhs.inviteTag {return false}
     if lhs.inviteProof != rhs.inviteProof {return false}
     if lhs.inviteSeed != rhs.inviteSeed {return false}
+    if lhs.admissionCommitKey != rhs.admissionCommitKey {return false}
+    if lhs.topicAccessSecret != rhs.topicAccessSecret {return false}
+    if lhs.joinRequestID != rhs.joinRequestID {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

@@ -48,6 +48,22 @@ public nonisolated enum WireErrorCode: SwiftProtobuf.Enum, Swift.CaseIterable {
   case shuttingDown // = 14
   case `internal` // = 15
   case invalidRequest // = 16
+
+  /// A control publish lost the race: `Error.seq` is the topic's last
+  /// control entry. Read up to it and rebuild.
+  case conflict // = 17
+
+  /// A storage quota is full (per inbox or per topic).
+  case quotaExceeded // = 18
+
+  /// The access key was replaced: `Error.seq` is the last entry it may read.
+  case accessRevoked // = 19
+
+  /// The relay (or this address) has as many connections as it allows.
+  case tooManyConnections // = 20
+
+  /// The connection was idle for longer than the relay allows.
+  case idleTimeout // = 21
   case UNRECOGNIZED(Int)
 
   public init() {
@@ -73,6 +89,11 @@ public nonisolated enum WireErrorCode: SwiftProtobuf.Enum, Swift.CaseIterable {
     case 14: self = .shuttingDown
     case 15: self = .internal
     case 16: self = .invalidRequest
+    case 17: self = .conflict
+    case 18: self = .quotaExceeded
+    case 19: self = .accessRevoked
+    case 20: self = .tooManyConnections
+    case 21: self = .idleTimeout
     default: self = .UNRECOGNIZED(rawValue)
     }
   }
@@ -96,6 +117,11 @@ public nonisolated enum WireErrorCode: SwiftProtobuf.Enum, Swift.CaseIterable {
     case .shuttingDown: return 14
     case .internal: return 15
     case .invalidRequest: return 16
+    case .conflict: return 17
+    case .quotaExceeded: return 18
+    case .accessRevoked: return 19
+    case .tooManyConnections: return 20
+    case .idleTimeout: return 21
     case .UNRECOGNIZED(let i): return i
     }
   }
@@ -119,6 +145,11 @@ public nonisolated enum WireErrorCode: SwiftProtobuf.Enum, Swift.CaseIterable {
     .shuttingDown,
     .internal,
     .invalidRequest,
+    .conflict,
+    .quotaExceeded,
+    .accessRevoked,
+    .tooManyConnections,
+    .idleTimeout,
   ]
 
 }
@@ -142,6 +173,31 @@ public nonisolated struct WireEnvelope: Sendable {
 
   /// 0 means the envelope does not expire.
   public var expiresAtMs: Int64 = 0
+
+  /// A control entry (a group commit): publishes of control entries are
+  /// linearized by `Publish.expected_control_seq`.
+  public var control: Bool = false
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// Proof that the client holds a topic's access key (docs/adr/0008). The
+/// relay keeps, per capability topic, the chain of access keys it has seen
+/// and never learns who holds them.
+public nonisolated struct WireTopicProof: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  /// The Ed25519 public key of the topic's access key pair.
+  public var accessKey: Data = Data()
+
+  /// Ed25519 by `access_key`. Over WebSocket: over "rally-topic-access-v1",
+  /// the relay's origin, the connection's challenge nonce and the topic
+  /// name. Over HTTP: over the request binding (see HTTPAuthorization).
+  public var signature: Data = Data()
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -263,9 +319,31 @@ public nonisolated struct WirePublish: Sendable {
 
   public var expiresAtMs: Int64 = 0
 
+  /// Required on every topic kind but inboxes: the current access key.
+  public var proof: WireTopicProof {
+    get {_proof ?? WireTopicProof()}
+    set {_proof = newValue}
+  }
+  /// Returns true if `proof` has been explicitly set.
+  public var hasProof: Bool {self._proof != nil}
+  /// Clears the value of `proof`. Subsequent reads from it will return its default value.
+  public mutating func clearProof() {self._proof = nil}
+
+  /// A control entry: stored only if the topic's last control entry has seq
+  /// `expected_control_seq` (0: none yet); otherwise CONFLICT.
+  public var control: Bool = false
+
+  public var expectedControlSeq: UInt64 = 0
+
+  /// On a control publish: the access key that replaces the current one
+  /// once this entry is stored. Older keys can still read up to this entry.
+  public var rotateAccessKey: Data = Data()
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
+
+  fileprivate var _proof: WireTopicProof? = nil
 }
 
 public nonisolated struct WireSubscribe: Sendable {
@@ -278,9 +356,21 @@ public nonisolated struct WireSubscribe: Sendable {
   /// Deliver envelopes with seq > after_seq (the client's cursor), then live.
   public var afterSeq: UInt64 = 0
 
+  /// Required on every topic kind but inboxes (whose owner is authenticated).
+  public var proof: WireTopicProof {
+    get {_proof ?? WireTopicProof()}
+    set {_proof = newValue}
+  }
+  /// Returns true if `proof` has been explicitly set.
+  public var hasProof: Bool {self._proof != nil}
+  /// Clears the value of `proof`. Subsequent reads from it will return its default value.
+  public mutating func clearProof() {self._proof = nil}
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
+
+  fileprivate var _proof: WireTopicProof? = nil
 }
 
 public nonisolated struct WireUnsubscribe: Sendable {
@@ -575,6 +665,10 @@ public nonisolated struct WireError: Sendable {
   /// For RATE_LIMITED: when to try again.
   public var retryAfterMs: UInt64 = 0
 
+  /// For CONFLICT: the topic's last control seq. For ACCESS_REVOKED: the
+  /// last seq the presented key may read.
+  public var seq: UInt64 = 0
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -601,12 +695,12 @@ public nonisolated struct WireFetchResponse: Sendable {
 fileprivate nonisolated let _protobuf_package = "rally.v1"
 
 nonisolated extension WireErrorCode: SwiftProtobuf._ProtoNameProviding {
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0ERROR_CODE_UNSPECIFIED\0\u{1}ERROR_CODE_MALFORMED_FRAME\0\u{1}ERROR_CODE_FRAME_TOO_LARGE\0\u{1}ERROR_CODE_NOT_AUTHENTICATED\0\u{1}ERROR_CODE_AUTHENTICATION_FAILED\0\u{1}ERROR_CODE_AUTHENTICATION_TIMEOUT\0\u{1}ERROR_CODE_FORBIDDEN\0\u{1}ERROR_CODE_RATE_LIMITED\0\u{1}ERROR_CODE_PAYLOAD_TOO_LARGE\0\u{1}ERROR_CODE_INVALID_TOPIC\0\u{1}ERROR_CODE_NOT_FOUND\0\u{1}ERROR_CODE_INVALID_SIGNATURE\0\u{1}ERROR_CODE_SLOW_CONSUMER\0\u{1}ERROR_CODE_TOO_MANY_SUBSCRIPTIONS\0\u{1}ERROR_CODE_SHUTTING_DOWN\0\u{1}ERROR_CODE_INTERNAL\0\u{1}ERROR_CODE_INVALID_REQUEST\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0ERROR_CODE_UNSPECIFIED\0\u{1}ERROR_CODE_MALFORMED_FRAME\0\u{1}ERROR_CODE_FRAME_TOO_LARGE\0\u{1}ERROR_CODE_NOT_AUTHENTICATED\0\u{1}ERROR_CODE_AUTHENTICATION_FAILED\0\u{1}ERROR_CODE_AUTHENTICATION_TIMEOUT\0\u{1}ERROR_CODE_FORBIDDEN\0\u{1}ERROR_CODE_RATE_LIMITED\0\u{1}ERROR_CODE_PAYLOAD_TOO_LARGE\0\u{1}ERROR_CODE_INVALID_TOPIC\0\u{1}ERROR_CODE_NOT_FOUND\0\u{1}ERROR_CODE_INVALID_SIGNATURE\0\u{1}ERROR_CODE_SLOW_CONSUMER\0\u{1}ERROR_CODE_TOO_MANY_SUBSCRIPTIONS\0\u{1}ERROR_CODE_SHUTTING_DOWN\0\u{1}ERROR_CODE_INTERNAL\0\u{1}ERROR_CODE_INVALID_REQUEST\0\u{1}ERROR_CODE_CONFLICT\0\u{1}ERROR_CODE_QUOTA_EXCEEDED\0\u{1}ERROR_CODE_ACCESS_REVOKED\0\u{1}ERROR_CODE_TOO_MANY_CONNECTIONS\0\u{1}ERROR_CODE_IDLE_TIMEOUT\0")
 }
 
 nonisolated extension WireEnvelope: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Envelope"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}topic\0\u{1}seq\0\u{3}server_time_ms\0\u{1}payload\0\u{3}should_push\0\u{3}expires_at_ms\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}topic\0\u{1}seq\0\u{3}server_time_ms\0\u{1}payload\0\u{3}should_push\0\u{3}expires_at_ms\0\u{1}control\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -620,6 +714,7 @@ nonisolated extension WireEnvelope: SwiftProtobuf.Message, SwiftProtobuf._Messag
       case 4: try { try decoder.decodeSingularBytesField(value: &self.payload) }()
       case 5: try { try decoder.decodeSingularBoolField(value: &self.shouldPush) }()
       case 6: try { try decoder.decodeSingularInt64Field(value: &self.expiresAtMs) }()
+      case 7: try { try decoder.decodeSingularBoolField(value: &self.control) }()
       default: break
       }
     }
@@ -644,6 +739,9 @@ nonisolated extension WireEnvelope: SwiftProtobuf.Message, SwiftProtobuf._Messag
     if self.expiresAtMs != 0 {
       try visitor.visitSingularInt64Field(value: self.expiresAtMs, fieldNumber: 6)
     }
+    if self.control != false {
+      try visitor.visitSingularBoolField(value: self.control, fieldNumber: 7)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -654,6 +752,42 @@ nonisolated extension WireEnvelope: SwiftProtobuf.Message, SwiftProtobuf._Messag
     if lhs.payload != rhs.payload {return false}
     if lhs.shouldPush != rhs.shouldPush {return false}
     if lhs.expiresAtMs != rhs.expiresAtMs {return false}
+    if lhs.control != rhs.control {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension WireTopicProof: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".TopicProof"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}access_key\0\u{1}signature\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularBytesField(value: &self.accessKey) }()
+      case 2: try { try decoder.decodeSingularBytesField(value: &self.signature) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.accessKey.isEmpty {
+      try visitor.visitSingularBytesField(value: self.accessKey, fieldNumber: 1)
+    }
+    if !self.signature.isEmpty {
+      try visitor.visitSingularBytesField(value: self.signature, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: WireTopicProof, rhs: WireTopicProof) -> Bool {
+    if lhs.accessKey != rhs.accessKey {return false}
+    if lhs.signature != rhs.signature {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -853,7 +987,7 @@ nonisolated extension WireAuthenticate: SwiftProtobuf.Message, SwiftProtobuf._Me
 
 nonisolated extension WirePublish: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Publish"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}topic\0\u{1}payload\0\u{3}idempotency_key\0\u{3}should_push\0\u{3}expires_at_ms\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}topic\0\u{1}payload\0\u{3}idempotency_key\0\u{3}should_push\0\u{3}expires_at_ms\0\u{1}proof\0\u{1}control\0\u{3}expected_control_seq\0\u{3}rotate_access_key\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -866,12 +1000,20 @@ nonisolated extension WirePublish: SwiftProtobuf.Message, SwiftProtobuf._Message
       case 3: try { try decoder.decodeSingularBytesField(value: &self.idempotencyKey) }()
       case 4: try { try decoder.decodeSingularBoolField(value: &self.shouldPush) }()
       case 5: try { try decoder.decodeSingularInt64Field(value: &self.expiresAtMs) }()
+      case 6: try { try decoder.decodeSingularMessageField(value: &self._proof) }()
+      case 7: try { try decoder.decodeSingularBoolField(value: &self.control) }()
+      case 8: try { try decoder.decodeSingularUInt64Field(value: &self.expectedControlSeq) }()
+      case 9: try { try decoder.decodeSingularBytesField(value: &self.rotateAccessKey) }()
       default: break
       }
     }
   }
 
   public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
     if !self.topic.isEmpty {
       try visitor.visitSingularStringField(value: self.topic, fieldNumber: 1)
     }
@@ -887,6 +1029,18 @@ nonisolated extension WirePublish: SwiftProtobuf.Message, SwiftProtobuf._Message
     if self.expiresAtMs != 0 {
       try visitor.visitSingularInt64Field(value: self.expiresAtMs, fieldNumber: 5)
     }
+    try { if let v = self._proof {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 6)
+    } }()
+    if self.control != false {
+      try visitor.visitSingularBoolField(value: self.control, fieldNumber: 7)
+    }
+    if self.expectedControlSeq != 0 {
+      try visitor.visitSingularUInt64Field(value: self.expectedControlSeq, fieldNumber: 8)
+    }
+    if !self.rotateAccessKey.isEmpty {
+      try visitor.visitSingularBytesField(value: self.rotateAccessKey, fieldNumber: 9)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -896,6 +1050,10 @@ nonisolated extension WirePublish: SwiftProtobuf.Message, SwiftProtobuf._Message
     if lhs.idempotencyKey != rhs.idempotencyKey {return false}
     if lhs.shouldPush != rhs.shouldPush {return false}
     if lhs.expiresAtMs != rhs.expiresAtMs {return false}
+    if lhs._proof != rhs._proof {return false}
+    if lhs.control != rhs.control {return false}
+    if lhs.expectedControlSeq != rhs.expectedControlSeq {return false}
+    if lhs.rotateAccessKey != rhs.rotateAccessKey {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -903,7 +1061,7 @@ nonisolated extension WirePublish: SwiftProtobuf.Message, SwiftProtobuf._Message
 
 nonisolated extension WireSubscribe: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Subscribe"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}topic\0\u{3}after_seq\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}topic\0\u{3}after_seq\0\u{1}proof\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -913,24 +1071,33 @@ nonisolated extension WireSubscribe: SwiftProtobuf.Message, SwiftProtobuf._Messa
       switch fieldNumber {
       case 1: try { try decoder.decodeSingularStringField(value: &self.topic) }()
       case 2: try { try decoder.decodeSingularUInt64Field(value: &self.afterSeq) }()
+      case 3: try { try decoder.decodeSingularMessageField(value: &self._proof) }()
       default: break
       }
     }
   }
 
   public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
     if !self.topic.isEmpty {
       try visitor.visitSingularStringField(value: self.topic, fieldNumber: 1)
     }
     if self.afterSeq != 0 {
       try visitor.visitSingularUInt64Field(value: self.afterSeq, fieldNumber: 2)
     }
+    try { if let v = self._proof {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 3)
+    } }()
     try unknownFields.traverse(visitor: &visitor)
   }
 
   public static func ==(lhs: WireSubscribe, rhs: WireSubscribe) -> Bool {
     if lhs.topic != rhs.topic {return false}
     if lhs.afterSeq != rhs.afterSeq {return false}
+    if lhs._proof != rhs._proof {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -1512,7 +1679,7 @@ nonisolated extension WireKeyBundleResult: SwiftProtobuf.Message, SwiftProtobuf.
 
 nonisolated extension WireError: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Error"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}code\0\u{1}message\0\u{1}topic\0\u{3}retry_after_ms\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}code\0\u{1}message\0\u{1}topic\0\u{3}retry_after_ms\0\u{1}seq\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1524,6 +1691,7 @@ nonisolated extension WireError: SwiftProtobuf.Message, SwiftProtobuf._MessageIm
       case 2: try { try decoder.decodeSingularStringField(value: &self.message) }()
       case 3: try { try decoder.decodeSingularStringField(value: &self.topic) }()
       case 4: try { try decoder.decodeSingularUInt64Field(value: &self.retryAfterMs) }()
+      case 5: try { try decoder.decodeSingularUInt64Field(value: &self.seq) }()
       default: break
       }
     }
@@ -1542,6 +1710,9 @@ nonisolated extension WireError: SwiftProtobuf.Message, SwiftProtobuf._MessageIm
     if self.retryAfterMs != 0 {
       try visitor.visitSingularUInt64Field(value: self.retryAfterMs, fieldNumber: 4)
     }
+    if self.seq != 0 {
+      try visitor.visitSingularUInt64Field(value: self.seq, fieldNumber: 5)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -1550,6 +1721,7 @@ nonisolated extension WireError: SwiftProtobuf.Message, SwiftProtobuf._MessageIm
     if lhs.message != rhs.message {return false}
     if lhs.topic != rhs.topic {return false}
     if lhs.retryAfterMs != rhs.retryAfterMs {return false}
+    if lhs.seq != rhs.seq {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
