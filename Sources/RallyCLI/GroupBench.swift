@@ -67,7 +67,7 @@ struct GroupBench: AsyncParsableCommand {
         }
         for commit in commits {
             var entry = WireGroupLogEntry()
-            entry.commit = VerifiedGroupCommit.sign(commit, by: owner)
+            entry.commit = try VerifiedGroupCommit.sign(commit, by: owner)
             let verified = try VerifiedGroupCommit.verify(entry.commit)
             guard case .applied = state.apply(verified) else { throw ValidationError("bench log invalid") }
             try await Self.publishPatiently(
@@ -163,7 +163,7 @@ struct GroupBench: AsyncParsableCommand {
             let key = EpochKeys.newKey()
             remove.epochKeys = try EpochKeys.seal(key, to: remaining, groupID: groupID, epoch: state.epoch + 1)
             remove.epochKeyCommitment = EpochKeys.commitment(to: key)
-            signed = VerifiedGroupCommit.sign(remove, by: identities[0])
+            signed = try VerifiedGroupCommit.sign(remove, by: identities[0])
         }
         let member = identities[count - 1]
         let applyTime = try clock.measure {

@@ -185,6 +185,10 @@ struct GroupCommand: AsyncParsableCommand {
                 Output.warn("warning: dropped group log entry #\(seq): \(reason)")
             case .commit(let seq, _, let author, .rejected(let reason)):
                 Output.warn("note: change #\(seq) by \(author) was not applied: \(reason)")
+            case .diverged(let seq, let reason):
+                Output.warn(
+                    "warning: the relay showed this device a different history of the group (#\(seq)): \(reason); nothing more is sent into it"
+                )
             default:
                 break
             }

@@ -100,6 +100,10 @@ struct WatchCommand: AsyncParsableCommand {
                 output.emit(EventJSON(event: "group_commit", groupId: groupID, detail: detail)) {
                     "[\(groupID.prefix(8))] change by \(author.rawValue.prefix(8))…: \(detail)"
                 }
+            case .group(let groupID, .diverged(let seq, let reason)):
+                output.emit(EventJSON(event: "group_diverged", groupId: groupID, detail: "#\(seq): \(reason)")) {
+                    "[\(groupID.prefix(8))] the relay showed this device a different history (#\(seq)): \(reason); nothing more is sent into this group"
+                }
             case .group(let groupID, .rejected(let seq, let reason)):
                 output.emit(EventJSON(event: "group_rejected", groupId: groupID, detail: "#\(seq): \(reason)")) {
                     "[\(groupID.prefix(8))] dropped entry #\(seq): \(reason)"

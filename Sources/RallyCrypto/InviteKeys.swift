@@ -60,21 +60,24 @@ public struct InviteKeys: Sendable {
         return String(data: plain, encoding: .utf8)
     }
 
-    static func welcomeProofPayload(tag: Data, groupID: String, newcomer: InboxID) -> Data {
-        welcomeProofDomain + tag + Data("|\(groupID)|\(newcomer.rawValue)".utf8)
+    static func welcomeProofPayload(tag: Data, groupID: String, newcomer: InboxID, requestID: Data) -> Data {
+        welcomeProofDomain + tag + Data("|\(groupID)|\(newcomer.rawValue)|".utf8) + requestID
     }
 
     /// Signed by the invite identity: the welcome to `newcomer` into
-    /// `groupID` answers a request made with an invite of `tag`.
-    public func welcomeProof(tag: Data, groupID: String, newcomer: InboxID) -> Data {
+    /// `groupID` answers the join request `requestID`, made with an invite
+    /// of `tag`. A welcome for an older request cannot be replayed.
+    public func welcomeProof(tag: Data, groupID: String, newcomer: InboxID, requestID: Data) -> Data {
         (try? identity.signingKey.signature(
-            for: Self.welcomeProofPayload(tag: tag, groupID: groupID, newcomer: newcomer))) ?? Data()
+            for: Self.welcomeProofPayload(tag: tag, groupID: groupID, newcomer: newcomer, requestID: requestID)))
+            ?? Data()
     }
 
     public static func isValidWelcomeProof(
-        _ proof: Data, by inviteIdentity: PublicIdentity, tag: Data, groupID: String, newcomer: InboxID
+        _ proof: Data, by inviteIdentity: PublicIdentity, tag: Data, groupID: String, newcomer: InboxID,
+        requestID: Data
     ) -> Bool {
         inviteIdentity.signingKey.isValidSignature(
-            proof, for: welcomeProofPayload(tag: tag, groupID: groupID, newcomer: newcomer))
+            proof, for: welcomeProofPayload(tag: tag, groupID: groupID, newcomer: newcomer, requestID: requestID))
     }
 }

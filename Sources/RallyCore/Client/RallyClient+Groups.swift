@@ -11,6 +11,10 @@ public enum GroupClientError: Error, Sendable, Equatable, CustomStringConvertibl
     case gaveUp(attempts: Int)
     case missingEpochKey(UInt64)
     case mayNotSend(GroupRole)
+    case diverged(group: String, reason: String)
+    /// Rejected by the rules, as recorded by another process on this home.
+    case commitRefused(String)
+    case noTopicAccess(String)
 
     public var description: String {
         switch self {
@@ -27,6 +31,11 @@ public enum GroupClientError: Error, Sendable, Equatable, CustomStringConvertibl
         case .gaveUp(let attempts): "the group kept changing under this change; gave up after \(attempts) attempts"
         case .missingEpochKey(let epoch): "this client has no key for epoch \(epoch) of the group"
         case .mayNotSend(let role): "your role in this group is \(role), which may not send"
+        case .diverged(let group, let reason):
+            "the relay showed this device a different history of \(group) than the other members see (\(reason)); nothing more is sent into it: check with the other members out of band, then forget the group and have an admin add you again"
+        case .commitRefused(let reason): "the group refused the change: \(reason)"
+        case .noTopicAccess(let group):
+            "this device has no access key for the topic of \(group); ask an admin to add you again"
         }
     }
 }
@@ -73,22 +82,35 @@ extension RallyClient {
 
     /// Creates a group with this identity as its owner: a random group id,
     /// a random 256-bit topic id only members learn, and a first epoch key.
+    /// Creates a group with this identity as its owner. Its first epoch key
+    /// yields the topic's access key, the topic id names that key (nobody
+    /// can claim the topic first) and the group id names the topic (a
+    /// welcome cannot pass another topic off as this group).
     public func createGroup(name: String, description: String = "") async throws(RallyClientError) -> GroupRecord {
-        let groupID = Self.randomHex(16)
-        let topicID = Self.randomHex(32)
+        let firstKey = EpochKeys.newKey()
+        let accessSecret = TopicAccess.secret(fromEpochKey: firstKey)
+        let access: TopicAccess
+        do {
+            access = try TopicAccess(secret: accessSecret)
+        } catch {
+            throw .recipientKeysInvalid(identity.inboxID, reason: error.description)
+        }
+        let topicID = access.foundedTopicID
+        let groupID = GroupRecord.groupID(forTopicID: topicID)
         let record = GroupRecord(
-            groupID: groupID, topicID: topicID, state: GroupState(groupID: groupID), status: .creating)
-        var commit = newCommit(groupID: groupID, epoch: 0)
+            groupID: groupID, topicID: topicID, state: GroupState(groupID: groupID), status: .creating,
+            accessSecret: access.secretBytes)
+        var commit = newCommit(on: record.state)
         commit.create.profile.name = name
         commit.create.profile.description_p = description
         do {
-            try store.saveNewGroup(record, epochKey: (1, EpochKeys.newKey()), cursor: 0)
+            try store.saveNewGroup(record, epochKey: (0, firstKey), cursor: 0)
         } catch {
             throw .store(error)
         }
-        try await publish(commit, to: record)
-        let report = try await syncGroup(groupID)
-        try requireApplied(commit.commitID, in: report)
+        _ = try await publish(commit, to: record)
+        _ = try await syncGroup(groupID)
+        try requireApplied(commit.commitID)
         return try group(groupID)
     }
 
@@ -101,14 +123,14 @@ extension RallyClient {
     {
         let newcomer = try await lookUp(inbox)
         let groupID = try group(reference).groupID
-        try await commitWithRetries(groupID) { state throws(RallyClientError) in
+        let admission = try await commitWithRetries(groupID) { state throws(RallyClientError) in
             if state.members[inbox] != nil { throw .group(.commitRejected(.alreadyMember(inbox))) }
-            var commit = self.newCommit(groupID: groupID, epoch: state.epoch)
+            var commit = self.newCommit(on: state)
             commit.addMember.member = newcomer.wireBundle
             commit.addMember.role = role.wire
             return commit
         }
-        try await sendWelcome(to: newcomer, groupID: groupID)
+        if let admission { try await sendWelcome(to: newcomer, groupID: groupID, admission: admission) }
         return try group(groupID)
     }
 
@@ -119,11 +141,16 @@ extension RallyClient {
     ) async throws(RallyClientError) -> GroupRecord {
         let groupID = try group(reference).groupID
         try await commitWithRetries(groupID) { state throws(RallyClientError) in
-            guard state.members[inbox] != nil else { throw .group(.commitRejected(.notAMemberTarget(inbox))) }
-            var commit = self.newCommit(groupID: groupID, epoch: state.epoch)
+            guard let target = state.members[inbox] else {
+                throw .group(.commitRejected(.notAMemberTarget(inbox)))
+            }
+            var commit = self.newCommit(on: state)
             commit.removeMember.inboxID = inbox.rawValue
             commit.removeMember.ban = ban
             try self.attachFreshKey(to: &commit, for: state.members.values.filter { $0.inboxID != inbox }, state: state)
+            if target.role >= .admin {
+                try self.attachInviteRotation(to: &commit, state: state, admins: state.admins.subtracting([inbox]))
+            }
             return commit
         }
         return try group(groupID)
@@ -142,15 +169,20 @@ extension RallyClient {
             throw .store(error)
         }
         try await commitWithRetries(groupID) { state throws(RallyClientError) in
-            var commit = self.newCommit(groupID: groupID, epoch: state.epoch)
+            var commit = self.newCommit(on: state)
             commit.changeRole.inboxID = inbox.rawValue
             commit.changeRole.role = role.wire
+            let wasAdmin = (state.role(of: inbox) ?? .observer) >= .admin
             // A new admin gets the invite seed, so it answers join requests.
             if role >= .admin, let seed, state.inviteIdentity != nil,
-                let target = state.members[inbox], (state.role(of: inbox) ?? .observer) < .admin
+                let target = state.members[inbox], !wasAdmin
             {
                 let sealed = try self.sealInviteSeed(seed, to: [target.identity], state: state)
                 commit.changeRole.inviteSeed = sealed[0]
+            }
+            // A demoted admin keeps the old seed: the invites move on.
+            if wasAdmin, role < .admin {
+                try self.attachInviteRotation(to: &commit, state: state, admins: state.admins.subtracting([inbox]))
             }
             return commit
         }
@@ -161,32 +193,38 @@ extension RallyClient {
     public func rekey(_ reference: String) async throws(RallyClientError) {
         let groupID = try group(reference).groupID
         try await commitWithRetries(groupID) { state throws(RallyClientError) in
-            var commit = self.newCommit(groupID: groupID, epoch: state.epoch)
+            var commit = self.newCommit(on: state)
             commit.rekey = WireRekey()
             try self.attachFreshKey(to: &commit, for: Array(state.members.values), state: state)
             return commit
         }
     }
 
-    /// Builds a commit on the latest state, publishes it, reads the log
-    /// back and, if another commit won the race for that epoch, rebuilds
-    /// it on the new state. Any other rejection is final. A build that
-    /// returns nil says the intent no longer applies to the new state:
-    /// nothing is published and the result is false.
+    /// Builds a commit on the latest state and publishes it as a control
+    /// entry that builds on the last control entry this client read. If
+    /// another commit got there first the relay answers CONFLICT: read the
+    /// log, rebuild on the new state, try again. Any rejection by the rules
+    /// is final. A build that returns nil says the intent no longer
+    /// applies: nothing is published and the result is nil. Otherwise the
+    /// result is the commit id.
     @discardableResult
     func commitWithRetries(
         _ groupID: String, build: (GroupState) throws(RallyClientError) -> WireGroupCommit?
-    ) async throws(RallyClientError) -> Bool {
+    ) async throws(RallyClientError) -> Data? {
         for attempt in 1...Self.commitAttempts {
             _ = try await syncGroup(groupID)
             let record = try activeGroup(groupID)
-            guard let commit = try build(record.state) else { return false }
+            guard let commit = try build(record.state) else { return nil }
             if let hook = commitRaceHook { await hook(attempt) }
-            try await publish(commit, to: record)
-            let report = try await syncGroup(groupID)
             do {
-                try requireApplied(commit.commitID, in: report)
-                return true
+                _ = try await publish(commit, to: record)
+            } catch .relay(.refused(code: .conflict, _)) {
+                continue
+            }
+            _ = try await syncGroup(groupID)
+            do {
+                try requireApplied(commit.commitID)
+                return commit.commitID
             } catch .group(.commitRejected(.staleEpoch)) {
                 continue
             }
@@ -194,44 +232,64 @@ extension RallyClient {
         throw .group(.gaveUp(attempts: Self.commitAttempts))
     }
 
-    private func requireApplied(_ commitID: Data, in report: GroupSyncReport) throws(RallyClientError) {
-        var outcome = ownCommitOutcomes.removeValue(forKey: commitID)
-        for event in report.events {
-            guard case .commit(_, let id, _, let seen) = event, id == commitID else { continue }
-            outcome = seen
+    /// Judges one of this identity's commits by what the log made of it,
+    /// as recorded by whichever process on this home read it.
+    func requireApplied(_ commitID: Data) throws(RallyClientError) {
+        let recorded: LocalStore.OwnCommit?
+        do {
+            recorded = try store.ownCommit(commitID)
+        } catch {
+            throw .store(error)
         }
-        switch outcome {
-        case .applied?, .duplicate?: return
-        case .rejected(let rejection)?: throw .group(.commitRejected(rejection))
-        case nil: throw .relay(.protocolViolation("published commit did not come back from the group log"))
+        guard let recorded else {
+            throw .relay(.protocolViolation("published commit did not come back from the group log"))
         }
+        guard let rejection = recorded.rejection else { return }
+        // This process read it: the typed reason. Another process did: its words.
+        if let typed = ownCommitOutcomes.removeValue(forKey: commitID), case .rejected(let reason) = typed {
+            throw .group(.commitRejected(reason))
+        }
+        throw .group(.commitRefused(rejection))
     }
 
     private func activeGroup(_ groupID: String) throws(RallyClientError) -> GroupRecord {
         let record = try group(groupID)
-        guard record.status == .active else {
-            throw .group(.notActive("\"\(record.state.profile.name)\" (\(groupID))", record.status))
-        }
+        let label = "\"\(record.state.profile.name)\" (\(groupID))"
+        guard record.status == .active else { throw .group(.notActive(label, record.status)) }
+        if let reason = record.divergence { throw .group(.diverged(group: label, reason: reason)) }
         return record
     }
 
-    nonisolated func newCommit(groupID: String, epoch: UInt64) -> WireGroupCommit {
+    /// A commit building on `state`: its epoch and transcript.
+    nonisolated func newCommit(on state: GroupState) -> WireGroupCommit {
         var commit = WireGroupCommit()
-        commit.groupID = groupID
-        commit.epoch = epoch
+        commit.groupID = state.groupID
+        commit.epoch = state.epoch
+        commit.parentTranscript = state.transcript
         commit.commitID = MessageSealing.newMessageID()
         commit.author = identity.publicIdentity.wireBundle
         commit.createdAtMs = LocalStore.millis(Date())
         return commit
     }
 
-    /// For tests that build conflicting commits by hand.
-    func attachFreshKeyForTest(
-        to commit: inout WireGroupCommit, for members: [GroupMember], state: GroupState
-    )
-        throws(RallyClientError)
-    {
-        try attachFreshKey(to: &commit, for: members, state: state)
+    /// Replaces the invite identity in a commit that takes an admin's
+    /// rights away: a new seed, sealed to the admins who keep theirs, and a
+    /// new tag. Invites issued before it stop admitting anyone.
+    nonisolated func attachInviteRotation(
+        to commit: inout WireGroupCommit, state: GroupState, admins: Set<InboxID>
+    ) throws(RallyClientError) {
+        guard state.inviteIdentity != nil else { return }
+        let seed = InviteKeys.newSeed()
+        let keys: InviteKeys
+        do {
+            keys = try InviteKeys(seed: seed)
+        } catch {
+            throw .recipientKeysInvalid(identity.inboxID, reason: error.description)
+        }
+        commit.rotateInvites.inviteIdentity = keys.identity.publicIdentity.wireBundle
+        commit.rotateInvites.inviteTag = Self.randomBytes(16)
+        commit.rotateInvites.sealedSeeds = try sealInviteSeed(
+            seed, to: admins.compactMap { state.members[$0]?.identity }, state: state)
     }
 
     func attachFreshKey(
@@ -249,22 +307,59 @@ extension RallyClient {
         commit.epochKeyCommitment = EpochKeys.commitment(to: key)
     }
 
-    private func publish(_ commit: WireGroupCommit, to record: GroupRecord) async throws(RallyClientError) {
+    /// Signs and seals a commit under the commit key of the epoch it builds
+    /// on, and publishes it as a control entry. A commit that replaces the
+    /// epoch key also moves the topic to the access key derived from it.
+    private func publish(_ commit: WireGroupCommit, to record: GroupRecord) async throws(RallyClientError)
+        -> WirePublishAck
+    {
+        let epochKey: SymmetricKey?
+        do {
+            epochKey = try store.epochKey(group: record.groupID, epoch: commit.epoch)
+        } catch {
+            throw .store(error)
+        }
+        guard let epochKey else { throw .group(.missingEpochKey(commit.epoch)) }
         var entry = WireGroupLogEntry()
-        entry.commit = VerifiedGroupCommit.sign(commit, by: identity)
-        try await publishEntry(entry, to: record, key: commit.commitID)
+        var rotateTo: Data?
+        do {
+            var sealed = try CommitSealing.seal(
+                VerifiedGroupCommit.sign(commit, by: identity), commitKey: CommitSealing.commitKey(epochKey: epochKey),
+                groupID: record.groupID, epoch: commit.epoch)
+            sealed.transcript = record.state.transcript
+            sealed.epochLink = record.epochLink
+            entry.sealedCommit = sealed
+            if !commit.epochKeys.isEmpty {
+                // This client is among the members the fresh key is sealed to.
+                let fresh = try EpochKeys.open(
+                    commit.epochKeys, as: identity, groupID: record.groupID, epoch: commit.epoch + 1,
+                    commitment: commit.epochKeyCommitment)
+                rotateTo = try TopicAccess(secret: TopicAccess.secret(fromEpochKey: fresh)).publicKey
+            }
+        } catch {
+            throw .recipientKeysInvalid(identity.inboxID, reason: error.description)
+        }
+        return try await publishEntry(
+            entry, to: record, key: commit.commitID, control: true, rotateAccessKey: rotateTo)
     }
 
     private func publishEntry(
-        _ entry: WireGroupLogEntry, to record: GroupRecord, key: Data
-    ) async throws(RallyClientError) {
+        _ entry: WireGroupLogEntry, to record: GroupRecord, key: Data, control: Bool = false,
+        rotateAccessKey: Data? = nil
+    ) async throws(RallyClientError) -> WirePublishAck {
         let payload = FrameCodec.encode(entry)
         guard payload.count <= WireLimits.maxPayloadBytes else {
             throw .messageTooLarge(size: payload.count, limit: WireLimits.maxPayloadBytes)
         }
+        guard let access = record.topicAccess else {
+            throw .group(.noTopicAccess("\"\(record.state.profile.name)\""))
+        }
         let topic = record.topic
-        _ = try await withRetries("group publish") { connection throws(RelayClientError) in
-            try await connection.publish(topic: topic, payload: payload, idempotencyKey: key, shouldPush: true)
+        let expected = record.lastControlSeq
+        return try await withRetries("group publish") { connection throws(RelayClientError) in
+            try await connection.publish(
+                topic: topic, payload: payload, idempotencyKey: key, shouldPush: true, access: access,
+                control: control, expectedControlSeq: expected, rotateAccessKey: rotateAccessKey)
         }
     }
 
@@ -274,59 +369,78 @@ extension RallyClient {
     struct InviteWelcome {
         let tag: Data
         let keys: InviteKeys
+        let requestID: Data
     }
 
+    /// Sends a newcomer its welcome: the state right after its admission
+    /// commit, at that commit's seq, with the key that opens the commit, so
+    /// the newcomer checks the welcome against the log itself. Without an
+    /// admission (a joiner who is already a member), the welcome only ends
+    /// that join; it opens no group.
     func sendWelcome(
-        to newcomer: PublicIdentity, groupID: String, invite: InviteWelcome? = nil
+        to newcomer: PublicIdentity, groupID: String, admission: Data?, invite: InviteWelcome? = nil
     ) async throws(RallyClientError) {
         let record = try group(groupID)
-        let cursor: UInt64
-        let key: SymmetricKey?
-        let seed: SymmetricKey?
-        do {
-            cursor = try store.cursor(for: record.topic)
-            key = try store.epochKey(group: groupID, epoch: record.state.epoch)
-            seed = try store.inviteSeed(group: groupID)
-        } catch {
-            throw .store(error)
-        }
-        guard let key else { throw .group(.missingEpochKey(record.state.epoch)) }
         var welcome = WireGroupWelcome()
         welcome.groupID = groupID
         welcome.topicID = record.topicID
-        welcome.snapshotSeq = cursor
-        welcome.snapshot = record.state.snapshot
-        welcome.epochKey = key.withUnsafeBytes { Data($0) }
+        do {
+            if let admission, let own = try store.ownCommit(admission), own.rejection == nil,
+                own.snapshot.epoch > 0,
+                let before = try store.epochKey(group: groupID, epoch: own.snapshot.epoch - 1),
+                let after = try store.epochKey(group: groupID, epoch: own.snapshot.epoch)
+            {
+                welcome.snapshotSeq = own.seq
+                welcome.snapshot = own.snapshot
+                welcome.epochKey = after.withUnsafeBytes { Data($0) }
+                welcome.admissionCommitKey = CommitSealing.commitKey(epochKey: before).withUnsafeBytes { Data($0) }
+                welcome.epochLink = CommitSealing.epochLink(
+                    previousEpochKey: before, groupID: groupID, epoch: own.snapshot.epoch,
+                    transcript: own.snapshot.transcript)
+                welcome.topicAccessSecret = record.accessSecret ?? Data()
+                // A new admin gets the invite seed, so it can answer join requests.
+                if let seed = try store.inviteSeed(group: groupID),
+                    let role = record.state.role(of: newcomer.inboxID), role >= .admin
+                {
+                    welcome.inviteSeed = seed.withUnsafeBytes { Data($0) }
+                }
+            }
+        } catch {
+            throw .store(error)
+        }
         if let invite {
             welcome.inviteTag = invite.tag.hexString
+            welcome.joinRequestID = invite.requestID
             welcome.inviteProof = invite.keys.welcomeProof(
-                tag: invite.tag, groupID: groupID, newcomer: newcomer.inboxID)
-        }
-        // A new admin gets the invite seed, so it can answer join requests.
-        if let seed, let role = record.state.role(of: newcomer.inboxID), role >= .admin {
-            welcome.inviteSeed = seed.withUnsafeBytes { Data($0) }
+                tag: invite.tag, groupID: groupID, newcomer: newcomer.inboxID, requestID: invite.requestID)
         }
         _ = try await send(welcome, codec: GroupWelcomeCodec(), to: newcomer.inboxID)
     }
 
     /// Checks a welcome and, if it is sound, stores the group with the
     /// message, in one transaction. A welcome that fails the checks is kept
-    /// as a message but opens no group. A welcome that answers a join
-    /// request (it names an invite tag) must carry the invite identity's
-    /// proof for one of this client's pending joins; then it also finishes
-    /// that join.
+    /// as a message but opens no group, and hides no later welcome. A
+    /// welcome that answers a join request (it names an invite tag) must
+    /// carry the invite identity's proof for that very request; then it
+    /// also finishes that join. Only a failure to reach the relay throws:
+    /// the welcome is read again on the next sync.
     func acceptWelcome(
         _ welcome: WireGroupWelcome, message: StoredMessage, topic: TopicName, seq: UInt64
-    )
-        throws(LocalStoreError) -> Bool
-    {
+    ) async throws(RallyClientError) -> Bool {
+        func keepAsMessage(_ joinEvent: JoinEventForStore? = nil) throws(RallyClientError) -> Bool {
+            do {
+                return try store.ingest(topic: topic, seq: seq, message: message, joinEvent: joinEvent)
+            } catch {
+                throw .store(error)
+            }
+        }
         var joinEvent: JoinEventForStore?
         var leaveAfterwards = false
         if !welcome.inviteTag.isEmpty {
             switch joinAnswered(by: welcome) {
             case nil:
                 logger.warning("ignoring a welcome from \(message.sender) for a join this client did not ask for")
-                return try store.ingest(topic: topic, seq: seq, message: message)
+                return try keepAsMessage()
             case .cancelled?:
                 // Admitted after the joiner cancelled: take the group only
                 // to leave it, so a cancelled join leaves no membership.
@@ -337,28 +451,35 @@ extension RallyClient {
                     event: .welcomeReceived(tag: welcome.inviteTag, groupID: welcome.groupID, from: message.sender))
             }
         }
-        switch validate(welcome, from: message.sender) {
-        case .failure(.alreadyJoined):
+        if (try? store.group(welcome.groupID)) != nil {
             let existing = joinEvent.map {
                 JoinEventForStore(tag: $0.tag, event: .alreadyMember(groupID: welcome.groupID))
             }
-            return try store.ingest(topic: topic, seq: seq, message: message, joinEvent: existing)
+            return try keepAsMessage(existing)
+        }
+        let record: GroupRecord
+        switch try await verify(welcome, from: message.sender) {
         case .failure(let reason):
             logger.warning("ignoring group welcome from \(message.sender): \(reason)")
-            return try store.ingest(topic: topic, seq: seq, message: message)
-        case .success(let record):
-            var inviteSeed: SymmetricKey?
-            if !welcome.inviteSeed.isEmpty, let keys = try? InviteKeys(seed: SymmetricKey(data: welcome.inviteSeed)),
-                let named = record.state.inviteIdentity, keys.identity.publicIdentity.hasSameKeys(as: named)
-            {
-                inviteSeed = keys.seed
-            }
+            return try keepAsMessage()
+        case .success(let verified):
+            record = verified
+        }
+        var inviteSeed: SymmetricKey?
+        if !welcome.inviteSeed.isEmpty, let keys = try? InviteKeys(seed: SymmetricKey(data: welcome.inviteSeed)),
+            let named = record.state.inviteIdentity, keys.identity.publicIdentity.hasSameKeys(as: named)
+        {
+            inviteSeed = keys.seed
+        }
+        do {
             let stored = try store.ingestWelcome(
                 record, epochKey: (record.state.epoch, SymmetricKey(data: welcome.epochKey)),
                 groupCursor: welcome.snapshotSeq, inboxTopic: topic, inboxSeq: seq, message: message,
                 inviteSeed: inviteSeed, joinEvent: joinEvent)
             if leaveAfterwards { groupsToLeave.insert(record.groupID) }
             return stored
+        } catch {
+            throw .store(error)
         }
     }
 
@@ -368,17 +489,18 @@ extension RallyClient {
 
     /// Whether a welcome naming an invite tag answers one of this client's
     /// unfinished joins: signed by that invite's identity (which only the
-    /// group's admins hold) for this group and this member.
+    /// group's admins hold) for this group, this member and that request.
     private func joinAnswered(by welcome: WireGroupWelcome) -> JoinAnswerMatch? {
         guard let tag = Data(hexString: welcome.inviteTag),
             let attempts = try? store.joinAttempts()
         else { return nil }
-        for attempt in attempts where attempt.invite.tag == welcome.inviteTag {
+        for attempt in attempts
+        where attempt.invite.tag == welcome.inviteTag && Data(hexString: attempt.requestID) == welcome.joinRequestID {
             guard attempt.phase != .joined, attempt.phase != .failed,
                 let inviteIdentity = try? store.contact(attempt.invite.inviterInbox),
                 InviteKeys.isValidWelcomeProof(
                     welcome.inviteProof, by: inviteIdentity, tag: tag, groupID: welcome.groupID,
-                    newcomer: identity.inboxID)
+                    newcomer: identity.inboxID, requestID: welcome.joinRequestID)
             else { continue }
             return attempt.phase == .cancelled ? .cancelled : .underWay
         }
@@ -403,31 +525,105 @@ extension RallyClient {
     public func leaveGroup(_ reference: String) async throws(RallyClientError) {
         let groupID = try group(reference).groupID
         try await commitWithRetries(groupID) { state throws(RallyClientError) in
-            var commit = self.newCommit(groupID: groupID, epoch: state.epoch)
+            var commit = self.newCommit(on: state)
             commit.leave = WireLeaveGroup()
             return commit
         }
     }
 
-    private func validate(_ welcome: WireGroupWelcome, from sender: InboxID) -> Result<GroupRecord, WelcomeProblem> {
-        guard welcome.groupID == welcome.snapshot.groupID, welcome.groupID.count == 32,
-            welcome.topicID.count == 64, (try? TopicName.group(welcome.topicID)) != nil
-        else { return .failure(.malformed) }
-        guard welcome.epochKey.count == EpochKeys.keyByteCount else { return .failure(.malformed) }
+    enum WelcomeProblem: Error, CustomStringConvertible {
+        case malformed(String)
+        case notIncluded
+        case notInTheLog(String)
+
+        var description: String {
+            switch self {
+            case .malformed(let what): "malformed welcome: \(what)"
+            case .notIncluded: "the welcome's group does not include this member"
+            case .notInTheLog(let why): "the welcome does not match the group's log: \(why)"
+            }
+        }
+    }
+
+    /// A welcome opens a group only when the group's own log backs it: the
+    /// group id names the topic, the topic's access key reads the entry at
+    /// the snapshot's seq, that entry is a commit sealed under the given
+    /// commit key, signed by an admin, adding exactly this identity, and
+    /// the snapshot is the state that commit's transcript leads to.
+    private func verify(
+        _ welcome: WireGroupWelcome, from sender: InboxID
+    ) async throws(RallyClientError) -> Result<GroupRecord, WelcomeProblem> {
+        guard welcome.groupID == welcome.snapshot.groupID, (try? TopicName.group(welcome.topicID)) != nil,
+            welcome.groupID == GroupRecord.groupID(forTopicID: welcome.topicID)
+        else { return .failure(.malformed("the group id does not name its topic")) }
+        guard welcome.epochKey.count == EpochKeys.keyByteCount,
+            welcome.admissionCommitKey.count == EpochKeys.keyByteCount, welcome.snapshotSeq > 0,
+            let access = try? TopicAccess(secret: SymmetricKey(data: welcome.topicAccessSecret))
+        else { return .failure(.malformed("keys")) }
         let state: GroupState
         do {
             state = try GroupState(snapshot: welcome.snapshot)
         } catch {
-            return .failure(.malformed)
+            return .failure(.malformed("snapshot"))
         }
-        guard let adder = state.members[sender], adder.role >= .admin else { return .failure(.senderCannotAdd) }
-        guard state.members[identity.inboxID] != nil else { return .failure(.notIncluded) }
-        if (try? store.group(welcome.groupID)) != nil { return .failure(.alreadyJoined) }
-        return .success(GroupRecord(groupID: welcome.groupID, topicID: welcome.topicID, state: state, status: .active))
+        guard let me = state.members[identity.inboxID], me.identity.hasSameKeys(as: identity.publicIdentity) else {
+            return .failure(.notIncluded)
+        }
+        let topic = try! TopicName.group(welcome.topicID)
+        let envelope: WireEnvelope
+        switch try await readEntry(topic, seq: welcome.snapshotSeq, access: access) {
+        case .failure(let problem): return .failure(problem)
+        case .success(let read): envelope = read
+        }
+        guard envelope.control,
+            let entry = try? FrameCodec.decode(
+                WireGroupLogEntry.self, from: envelope.payload, limit: WireLimits.maxPayloadBytes),
+            case .sealedCommit(let sealed)? = entry.entry, sealed.epoch + 1 == state.epoch,
+            let signed = try? CommitSealing.open(
+                sealed, commitKey: SymmetricKey(data: welcome.admissionCommitKey), groupID: welcome.groupID),
+            let commit = try? VerifiedGroupCommit.verify(signed)
+        else { return .failure(.notInTheLog("entry #\(welcome.snapshotSeq) is not a commit of this group")) }
+        guard case .addMember(let add)? = commit.commit.action, commit.commit.groupID == welcome.groupID,
+            let added = try? PublicIdentity(wire: add.member), added.hasSameKeys(as: identity.publicIdentity)
+        else { return .failure(.notInTheLog("entry #\(welcome.snapshotSeq) does not add this member")) }
+        guard let author = state.members[commit.author.inboxID], author.role >= .admin,
+            author.identity.hasSameKeys(as: commit.author)
+        else { return .failure(.notInTheLog("the admission was not made by an admin")) }
+        guard
+            CommitSealing.transcript(after: commit.commit.parentTranscript, commitBytes: commit.signedBytes)
+                == state.transcript, commit.commit.parentTranscript == sealed.transcript
+        else { return .failure(.notInTheLog("the snapshot is not the state the admission leads to")) }
+        _ = sender
+        return .success(
+            GroupRecord(
+                groupID: welcome.groupID, topicID: welcome.topicID, state: state, status: .active,
+                accessSecret: access.secretBytes, epochLink: welcome.epochLink, lastControlSeq: welcome.snapshotSeq))
     }
 
-    enum WelcomeProblem: Error {
-        case malformed, senderCannotAdd, notIncluded, alreadyJoined
+    /// Reads the one entry at `seq` of a topic. Refusals mean the welcome's
+    /// key does not open this topic; failures to reach the relay throw.
+    private func readEntry(
+        _ topic: TopicName, seq: UInt64, access: TopicAccess
+    ) async throws(RallyClientError) -> Result<WireEnvelope, WelcomeProblem> {
+        let connection = try await connected()
+        let events = await connection.subscribe(topic: topic, after: seq - 1, access: access)
+        do {
+            for try await event in events {
+                await connection.unsubscribe(topic: topic)
+                switch event {
+                case .envelope(let envelope) where envelope.seq == seq: return .success(envelope)
+                case .envelope, .caughtUp: return .failure(.notInTheLog("no entry #\(seq)"))
+                }
+            }
+            return .failure(.notInTheLog("no entry #\(seq)"))
+        } catch let error as RelayClientError {
+            if case .refused = error, !error.isTransient {
+                return .failure(.notInTheLog("the relay refused the welcome's key: \(error)"))
+            }
+            throw .relay(error)
+        } catch {
+            throw .relay(.disconnected("\(error)"))
+        }
     }
 
     // MARK: Messages
@@ -465,12 +661,15 @@ extension RallyClient {
         body.content = content
         var entry = WireGroupLogEntry()
         do {
-            entry.message = try EpochKeys.encrypt(
+            var ciphertext = try EpochKeys.encrypt(
                 MessageSealing.sign(body, by: identity), key: key, groupID: groupID, epoch: epoch)
+            ciphertext.transcript = record.state.transcript
+            ciphertext.epochLink = record.epochLink
+            entry.message = ciphertext
         } catch {
             throw .recipientKeysInvalid(identity.inboxID, reason: error.description)
         }
-        try await publishEntry(entry, to: record, key: body.messageID)
+        _ = try await publishEntry(entry, to: record, key: body.messageID)
         // Reading our own message back from the log stores it at its
         // position, exactly as the other members see it.
         let report = try await syncGroup(groupID)
@@ -499,7 +698,21 @@ extension RallyClient {
         let groupID = try group(reference).groupID
         let topic = try group(groupID).topic
         let processor = GroupLogProcessor(identity: identity, codecs: codecs)
-        try await followTopic(topic, untilCaughtUp: untilCaughtUp) { envelope throws(RallyClientError) in
+        let store = self.store
+        // The access key is read again on every (re)subscription: a commit
+        // that rotated it ends the old key's subscription at that commit.
+        try await followTopic(
+            topic, untilCaughtUp: untilCaughtUp,
+            access: { () throws(RallyClientError) -> TopicAccess? in
+                let record: GroupRecord?
+                do throws(LocalStoreError) {
+                    record = try store.group(groupID)
+                } catch {
+                    throw .store(error)
+                }
+                return record?.topicAccess
+            }
+        ) { envelope throws(RallyClientError) in
             let event = try await self.ingestGroupEnvelope(envelope, groupID: groupID, processor: processor)
             await handler(event)
         }
@@ -513,20 +726,32 @@ extension RallyClient {
         do {
             guard let record = try store.group(groupID) else { throw RallyClientError.group(.unknownGroup(groupID)) }
             let store = self.store
-            let result = processor.process(
-                envelope, record: record, key: { epoch in try? store.epochKey(group: groupID, epoch: epoch) },
+            // A store error stops here: the cursor stays before this entry
+            // and the next sync reads it again. Nothing is skipped.
+            let result = try processor.process(
+                envelope, record: record, key: { epoch in try store.epochKey(group: groupID, epoch: epoch) },
                 receivedAt: Date())
             var message: StoredMessage?
-            if case .message(let received) = result.event { message = received }
-            if case .rejected(let seq, let reason) = result.event {
+            var ownCommit: (commitID: Data, rejection: String?)?
+            switch result.event {
+            case .message(let received):
+                message = received
+            case .rejected(let seq, let reason):
                 logger.warning("group \(groupID): dropped entry #\(seq): \(reason)")
-            }
-            if case .commit(_, let commitID, let author, let outcome) = result.event, author == identity.inboxID {
+            case .diverged(let seq, let reason):
+                logger.error("group \(groupID): history diverged at entry #\(seq): \(reason)")
+            case .commit(_, let commitID, let author, let outcome) where author == identity.inboxID:
                 ownCommitOutcomes[commitID] = outcome
+                switch outcome {
+                case .applied, .duplicate: ownCommit = (commitID, nil)
+                case .rejected(let rejection): ownCommit = (commitID, rejection.description)
+                }
+            case .commit:
+                break
             }
             try store.ingestGroupEntry(
                 result.record, seq: envelope.seq, epochKey: result.newKey, message: message,
-                inviteSeed: result.inviteSeed)
+                inviteSeed: result.inviteSeed, ownCommit: ownCommit)
             return result.event
         } catch let error as RallyClientError {
             throw error
@@ -537,7 +762,6 @@ extension RallyClient {
         }
     }
 
-    static func randomHex(_ bytes: Int) -> String { randomBytes(bytes).hexString }
 }
 
 private actor GroupSyncCollector {

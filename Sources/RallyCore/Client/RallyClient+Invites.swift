@@ -96,12 +96,14 @@ extension RallyClient {
         guard options.role <= myRole else {
             throw .invite(.invalidOptions("an invite cannot grant \(options.role), above your role \(myRole)"))
         }
-        if record.state.inviteIdentity == nil {
+        if record.state.inviteIdentity == nil || record.state.invitesNeedRotation {
             try await setUpInvites(groupID)
             record = try group(groupID)
         }
-        // Set-up published the invite identity's key bundle.
         let keys = try inviteKeys(groupID, label: label)
+        // The identity may be new (set up, or rotated when an admin lost
+        // their rights): joiners must find its key bundle.
+        try await inviteClient(groupID, keys: keys).publishKeyBundle()
         var payload = WireInvitePayload()
         payload.inviteTag = record.state.inviteTag
         payload.issuer = identity.publicIdentity.wireBundle
@@ -133,7 +135,7 @@ extension RallyClient {
             guard state.inviteIdentity != nil else {
                 throw .invite(.invitesNotSetUp(group: "\"\(state.profile.name)\""))
             }
-            var commit = self.newCommit(groupID: groupID, epoch: state.epoch)
+            var commit = self.newCommit(on: state)
             commit.rotateInviteTag.inviteTag = Self.randomBytes(16)
             return commit
         }
@@ -144,7 +146,7 @@ extension RallyClient {
     public func explodeGroup(_ reference: String) async throws(RallyClientError) {
         let groupID = try group(reference).groupID
         try await commitWithRetries(groupID) { state throws(RallyClientError) in
-            var commit = self.newCommit(groupID: groupID, epoch: state.epoch)
+            var commit = self.newCommit(on: state)
             commit.explode = WireExplodeGroup()
             return commit
         }
@@ -173,8 +175,10 @@ extension RallyClient {
         let tag = Self.randomBytes(16)
         do {
             try await commitWithRetries(groupID) { state throws(RallyClientError) in
-                if state.inviteIdentity != nil { throw .group(.commitRejected(.invitesAlreadySetUp)) }
-                var commit = self.newCommit(groupID: groupID, epoch: state.epoch)
+                if state.inviteIdentity != nil, !state.invitesNeedRotation {
+                    throw .group(.commitRejected(.invitesAlreadySetUp))
+                }
+                var commit = self.newCommit(on: state)
                 commit.setUpInvites.inviteIdentity = keys.identity.publicIdentity.wireBundle
                 commit.setUpInvites.inviteTag = tag
                 commit.setUpInvites.sealedSeeds = try self.sealInviteSeed(seed, toAdminsOf: state)
@@ -342,14 +346,16 @@ extension RallyClient {
             return (decision, sent)
         case .alreadyMember(let groupID, let tag):
             do {
-                try await sendWelcome(to: joiner, groupID: groupID, invite: InviteWelcome(tag: tag, keys: asked.keys))
+                try await sendWelcome(
+                    to: joiner, groupID: groupID, admission: nil,
+                    invite: InviteWelcome(tag: tag, keys: asked.keys, requestID: asked.requestID))
             } catch {
                 logger.warning("could not welcome \(joiner.inboxID) back into \(groupID): \(error)")
             }
             return (decision, false)
         case .admit(let admission):
             var overtaken: JoinRequestDecision = .duplicate
-            let committed: Bool
+            let committed: Data?
             do {
                 committed = try await commitWithRetries(groupID) { state throws(RallyClientError) in
                     let again = asked.decide(
@@ -360,7 +366,7 @@ extension RallyClient {
                         overtaken = again
                         return nil
                     }
-                    var commit = self.newCommit(groupID: groupID, epoch: state.epoch)
+                    var commit = self.newCommit(on: state)
                     commit.addMember.member = joiner.wireBundle
                     commit.addMember.role = current.role.wire
                     commit.addMember.viaInvite.inviteID = current.inviteID
@@ -384,12 +390,13 @@ extension RallyClient {
                 return try await perform(mapped, asked: asked, inviteClient: inviteClient, groupID: groupID)
             }
             // The group changed under the admission: answer as it is now.
-            guard committed else {
+            guard let committed else {
                 return try await perform(overtaken, asked: asked, inviteClient: inviteClient, groupID: groupID)
             }
             do {
                 try await sendWelcome(
-                    to: joiner, groupID: groupID, invite: InviteWelcome(tag: admission.tag, keys: asked.keys))
+                    to: joiner, groupID: groupID, admission: committed,
+                    invite: InviteWelcome(tag: admission.tag, keys: asked.keys, requestID: asked.requestID))
             } catch {
                 logger.warning("admitted \(joiner.inboxID) to \(groupID) but could not send the welcome: \(error)")
             }

@@ -283,6 +283,7 @@ public actor RallyClient {
     /// reconnecting (and resubscribing from the cursor) after drops.
     func followTopic(
         _ topic: TopicName, untilCaughtUp: Bool,
+        access: () throws(RallyClientError) -> TopicAccess? = { nil },
         process: @Sendable (WireEnvelope) async throws(RallyClientError) -> Void,
         caughtUp: @Sendable () async -> Void = {}
     ) async throws(RallyClientError) {
@@ -292,7 +293,8 @@ public actor RallyClient {
         var live: RelayConnection?
         do {
             try await followTopic(
-                topic, untilCaughtUp: untilCaughtUp, live: &live, process: process, caughtUp: caughtUp)
+                topic, untilCaughtUp: untilCaughtUp, live: &live, access: access, process: process,
+                caughtUp: caughtUp)
         } catch {
             await live?.close()
             throw error
@@ -313,6 +315,7 @@ public actor RallyClient {
 
     private func followTopic(
         _ topic: TopicName, untilCaughtUp: Bool, live: inout RelayConnection?,
+        access: () throws(RallyClientError) -> TopicAccess?,
         process: @Sendable (WireEnvelope) async throws(RallyClientError) -> Void,
         caughtUp: @Sendable () async -> Void
     ) async throws(RallyClientError) {
@@ -332,7 +335,8 @@ public actor RallyClient {
             } catch {
                 throw .store(error)
             }
-            let events = await connection.subscribe(topic: topic, after: cursor)
+            let key = try access()
+            let events = await connection.subscribe(topic: topic, after: cursor, access: key)
             do {
                 for try await event in events {
                     attempt = 0
@@ -355,6 +359,12 @@ public actor RallyClient {
                 throw error
             } catch let error as LocalStoreError {
                 throw .store(error)
+            } catch RelayClientError.refused(code: .accessRevoked, _) {
+                // The key this subscription used was replaced at an entry
+                // it has now read. With the new key from that entry, read
+                // on; without one, this member has read all it may.
+                guard let current = try access(), current.publicKey != key?.publicKey else { return }
+                continue
             } catch let error as RelayClientError {
                 guard error.isTransient, !untilCaughtUp else { throw .relay(error) }
                 await live?.close()
@@ -371,25 +381,29 @@ public actor RallyClient {
         _ envelope: WireEnvelope, topic: TopicName, processor: InboxProcessor,
         handler: @Sendable (InboxEvent) async -> Void
     ) async throws(RallyClientError) {
-        do {
-            switch processor.process(envelope, receivedAt: Date()) {
-            case .success(let message):
-                let isNew: Bool
-                if let welcome = GroupWelcomeCodec.welcome(in: message, codecs: codecs) {
-                    isNew = try acceptWelcome(welcome, message: message, topic: topic, seq: envelope.seq)
-                } else {
+        switch processor.process(envelope, receivedAt: Date()) {
+        case .success(let message):
+            let isNew: Bool
+            if let welcome = GroupWelcomeCodec.welcome(in: message, codecs: codecs) {
+                isNew = try await acceptWelcome(welcome, message: message, topic: topic, seq: envelope.seq)
+            } else {
+                do {
                     isNew = try store.ingest(
                         topic: topic, seq: envelope.seq, message: message, joinEvent: joinEvent(in: message))
+                } catch {
+                    throw .store(error)
                 }
-                if isNew { await handler(.message(message)) }
-                if !groupsToLeave.isEmpty { await leaveCancelledJoins() }
-            case .failure(let rejection):
-                logger.warning("\(rejection)")
-                try store.ingest(topic: topic, seq: envelope.seq, message: nil)
-                await handler(.rejected(rejection))
             }
-        } catch {
-            throw .store(error)
+            if isNew { await handler(.message(message)) }
+            if !groupsToLeave.isEmpty { await leaveCancelledJoins() }
+        case .failure(let rejection):
+            logger.warning("\(rejection)")
+            do {
+                try store.ingest(topic: topic, seq: envelope.seq, message: nil)
+            } catch {
+                throw .store(error)
+            }
+            await handler(.rejected(rejection))
         }
     }
 }

@@ -8,6 +8,10 @@ public enum GroupLogEvent: Sendable {
     case commit(seq: UInt64, commitID: Data, author: InboxID, outcome: GroupOutcome)
     case message(StoredMessage)
     case rejected(seq: UInt64, reason: GroupEntryRejection)
+    /// The log showed this device an entry it can authenticate that does
+    /// not fit the history it has: a commit was withheld from it, or it
+    /// was shown another history. The group stops sending.
+    case diverged(seq: UInt64, reason: String)
 }
 
 public enum GroupEntryRejection: Error, Sendable, Equatable, CustomStringConvertible {
@@ -18,6 +22,7 @@ public enum GroupEntryRejection: Error, Sendable, Equatable, CustomStringConvert
     case senderNotAMember(InboxID)
     case senderMayNotSend(InboxID, GroupRole)
     case undecryptable(String)
+    case unsealedCommit
 
     public var description: String {
         switch self {
@@ -28,13 +33,18 @@ public enum GroupEntryRejection: Error, Sendable, Equatable, CustomStringConvert
         case .senderNotAMember(let inbox): "\(inbox) is not a member at this point of the log"
         case .senderMayNotSend(let inbox, let role): "\(inbox) is \(role) and may not send"
         case .undecryptable(let reason): "cannot decrypt: \(reason)"
+        case .unsealedCommit: "a commit in the clear (commits travel sealed)"
         }
     }
 }
 
 /// Applies one group log entry to a group record: pure apart from the
 /// epoch-key lookup it is given. The caller persists the result atomically.
+/// A lookup that fails throws: the entry is not skipped, the caller stops
+/// and reads it again later.
 struct GroupLogProcessor {
+    typealias KeyLookup = (UInt64) throws -> SymmetricKey?
+
     let identity: Identity
     let codecs: CodecRegistry
 
@@ -48,8 +58,12 @@ struct GroupLogProcessor {
     }
 
     func process(
-        _ envelope: WireEnvelope, record: GroupRecord, key: (UInt64) -> SymmetricKey?, receivedAt: Date
-    ) -> Result {
+        _ envelope: WireEnvelope, record: GroupRecord, key: KeyLookup, receivedAt: Date
+    ) throws -> Result {
+        var record = record
+        // Every member tracks the same last control seq as the relay,
+        // whatever the entry turns out to be.
+        if envelope.control { record.lastControlSeq = max(record.lastControlSeq, envelope.seq) }
         let entry: WireGroupLogEntry
         do {
             entry = try FrameCodec.decode(
@@ -58,18 +72,71 @@ struct GroupLogProcessor {
             return Result(record: record, event: .rejected(seq: envelope.seq, reason: .malformed(error.description)))
         }
         switch entry.entry {
-        case .commit(let signed)?:
-            return processCommit(signed, seq: envelope.seq, record: record, key: key)
+        case .sealedCommit(let sealed)?:
+            if let diverged = try divergence(
+                epoch: sealed.epoch, transcript: sealed.transcript, link: sealed.epochLink, seq: envelope.seq,
+                record: &record, key: key)
+            {
+                return diverged
+            }
+            guard sealed.epoch <= record.state.epoch, let epochKey = try key(sealed.epoch) else {
+                return Result(record: record, event: .rejected(seq: envelope.seq, reason: .noKeyForEpoch(sealed.epoch)))
+            }
+            let signed: WireSignedGroupCommit
+            do {
+                signed = try CommitSealing.open(
+                    sealed, commitKey: CommitSealing.commitKey(epochKey: epochKey), groupID: record.groupID)
+            } catch {
+                return Result(
+                    record: record, event: .rejected(seq: envelope.seq, reason: .undecryptable(error.description)))
+            }
+            return try processCommit(signed, seq: envelope.seq, record: record, key: key)
         case .message(let ciphertext)?:
-            return processMessage(ciphertext, envelope: envelope, record: record, key: key, receivedAt: receivedAt)
+            if let diverged = try divergence(
+                epoch: ciphertext.epoch, transcript: ciphertext.transcript, link: ciphertext.epochLink,
+                seq: envelope.seq, record: &record, key: key)
+            {
+                return diverged
+            }
+            return try processMessage(ciphertext, envelope: envelope, record: record, key: key, receivedAt: receivedAt)
+        case .commit?:
+            return Result(record: record, event: .rejected(seq: envelope.seq, reason: .unsealedCommit))
         case nil:
             return Result(record: record, event: .rejected(seq: envelope.seq, reason: .malformed("empty entry")))
         }
     }
 
+    /// Whether an entry proves that this device's history differs from the
+    /// group's: an entry of the current epoch with another transcript, or
+    /// of the next epoch, authenticated by the epoch link only holders of
+    /// the previous key can make. Anything that does not authenticate
+    /// proves nothing and is judged as usual.
+    private func divergence(
+        epoch: UInt64, transcript: Data, link: Data, seq: UInt64, record: inout GroupRecord, key: KeyLookup
+    ) throws -> Result? {
+        let current = record.state.epoch
+        let reason: String
+        if epoch == current, current > 0, transcript != record.state.transcript,
+            let previous = try key(current - 1),
+            CommitSealing.isValidEpochLink(
+                link, previousEpochKey: previous, groupID: record.groupID, epoch: epoch, transcript: transcript)
+        {
+            reason = "entry #\(seq) belongs to another history of epoch \(epoch) than the one this device was shown"
+        } else if epoch == current + 1, let previous = try key(current),
+            CommitSealing.isValidEpochLink(
+                link, previousEpochKey: previous, groupID: record.groupID, epoch: epoch, transcript: transcript)
+        {
+            reason = "entry #\(seq) is from epoch \(epoch), but this device never received the commit that started it"
+        } else {
+            return nil
+        }
+        if record.divergence == nil { record.divergence = reason }
+        return Result(record: record, event: .diverged(seq: seq, reason: reason))
+    }
+
     private func processCommit(
-        _ signed: WireSignedGroupCommit, seq: UInt64, record: GroupRecord, key: (UInt64) -> SymmetricKey?
-    ) -> Result {
+        _ signed: WireSignedGroupCommit, seq: UInt64, record: GroupRecord, key: KeyLookup
+    ) throws -> Result {
         let verified: VerifiedGroupCommit
         do {
             verified = try VerifiedGroupCommit.verify(signed)
@@ -92,13 +159,25 @@ struct GroupLogProcessor {
                     record.status = .left
                 case .epochAdvanced(let epoch, let commitID, let fresh):
                     guard record.status == .active || record.status == .creating else { break }
+                    let previous = try key(previousEpoch)
                     if let fresh {
                         newKey =
                             (try? EpochKeys.open(
                                 fresh.sealed, as: identity, groupID: record.groupID, epoch: epoch,
                                 commitment: fresh.commitment)).map { (epoch, $0) }
-                    } else if let previous = key(previousEpoch) {
+                        // Whoever was not given the fresh key loses the topic.
+                        if let (_, freshKey) = newKey {
+                            record.accessSecret = TopicAccess.secret(fromEpochKey: freshKey).withUnsafeBytes {
+                                Data($0)
+                            }
+                        }
+                    } else if let previous {
                         newKey = (epoch, EpochKeys.derive(from: previous, epoch: epoch, commitID: commitID))
+                    }
+                    if let previous {
+                        record.epochLink = CommitSealing.epochLink(
+                            previousEpochKey: previous, groupID: record.groupID, epoch: epoch,
+                            transcript: record.state.transcript)
                     }
                 case .invitesSetUp(let sealedSeeds):
                     inviteSeed = openInviteSeed(sealedSeeds, state: record.state)
@@ -129,14 +208,14 @@ struct GroupLogProcessor {
 
     private func processMessage(
         _ ciphertext: WireGroupCiphertext, envelope: WireEnvelope, record: GroupRecord,
-        key: (UInt64) -> SymmetricKey?, receivedAt: Date
-    ) -> Result {
+        key: KeyLookup, receivedAt: Date
+    ) throws -> Result {
         let seq = envelope.seq
         func reject(_ reason: GroupEntryRejection) -> Result {
             Result(record: record, event: .rejected(seq: seq, reason: reason))
         }
         guard ciphertext.epoch <= record.state.epoch else { return reject(.futureEpoch(ciphertext.epoch)) }
-        guard let epochKey = key(ciphertext.epoch) else { return reject(.noKeyForEpoch(ciphertext.epoch)) }
+        guard let epochKey = try key(ciphertext.epoch) else { return reject(.noKeyForEpoch(ciphertext.epoch)) }
         let verified: VerifiedMessage
         do {
             verified = try EpochKeys.decrypt(ciphertext, key: epochKey, groupID: record.groupID)
@@ -156,7 +235,7 @@ struct GroupLogProcessor {
         let message = StoredMessage(
             id: verified.messageID.hexString, conversation: record.groupID,
             outgoing: verified.sender.inboxID == identity.inboxID, sender: verified.sender.inboxID,
-            senderName: verified.sender.displayName,
+            senderName: member.identity.displayName,
             sentAt: Date(timeIntervalSince1970: Double(verified.body.sentAtMs) / 1000), receivedAt: receivedAt,
             topic: envelope.topic, seq: seq, contentType: decoded.contentType.description,
             encodedContent: FrameCodec.encode(content), displayText: decoded.displayText, isKnownType: decoded.isKnown)

@@ -35,6 +35,16 @@ public enum GroupRejection: Error, Sendable, Equatable, CustomStringConvertible 
     case joinRequestAlreadyAdmitted
     case banned(InboxID)
     case inviteSeedsMismatch
+    /// The commit names another transcript than this member's for the same
+    /// epoch: the relay showed members different histories.
+    case forkedHistory
+    /// An admin loses their rights: the commit must set up a new invite
+    /// identity that they do not hold.
+    case inviteRotationRequired
+    /// An admin left with the invite seed; no admission until an admin
+    /// rotates the invite identity.
+    case inviteRotationPending
+    case unexpectedInviteRotation
 
     public var description: String {
         switch self {
@@ -67,6 +77,10 @@ public enum GroupRejection: Error, Sendable, Equatable, CustomStringConvertible 
         case .joinRequestAlreadyAdmitted: "this join request already admitted someone"
         case .banned(let inbox): "\(inbox) is banned from the group"
         case .inviteSeedsMismatch: "the invite seed must be sealed to exactly the group's admins"
+        case .forkedHistory: "the commit builds on a history this member was not shown"
+        case .inviteRotationRequired: "an admin loses their rights, so the commit must replace the invite identity"
+        case .inviteRotationPending: "an admin left; invites admit nobody until an admin replaces the invite identity"
+        case .unexpectedInviteRotation: "only an admin may replace the invite identity, once invites are set up"
         }
     }
 }
@@ -76,6 +90,8 @@ public enum GroupRejection: Error, Sendable, Equatable, CustomStringConvertible 
 public struct VerifiedGroupCommit: Sendable, Equatable {
     public let commit: WireGroupCommit
     public let author: PublicIdentity
+    /// The exact bytes the author signed; the transcript hashes them.
+    public let signedBytes: Data
 
     public static let signingDomain = Data("rally-group-commit-v1".utf8)
 
@@ -91,14 +107,20 @@ public struct VerifiedGroupCommit: Sendable, Equatable {
             throw .invalidSignature("group commit by \(author.inboxID)")
         }
         guard commit.commitID.count == 16 else { throw .malformed("group commit id") }
-        return VerifiedGroupCommit(commit: commit, author: author)
+        return VerifiedGroupCommit(commit: commit, author: author, signedBytes: signed.commit)
     }
 
-    public static func sign(_ commit: WireGroupCommit, by identity: Identity) -> WireSignedGroupCommit {
+    public static func sign(
+        _ commit: WireGroupCommit, by identity: Identity
+    ) throws(RallyCryptoError) -> WireSignedGroupCommit {
         let bytes = FrameCodec.encode(commit)
         var signed = WireSignedGroupCommit()
         signed.commit = bytes
-        signed.signature = (try? identity.signingKey.signature(for: signingDomain + bytes)) ?? Data()
+        do {
+            signed.signature = try identity.signingKey.signature(for: signingDomain + bytes)
+        } catch {
+            throw .invalidSignature("signing a group commit failed: \(error)")
+        }
         return signed
     }
 }
@@ -124,17 +146,73 @@ enum GroupRules {
         let joinRequestID: Data
     }
 
+    struct InviteRotation: Equatable {
+        let identity: PublicIdentity
+        let tag: Data
+    }
+
     struct Change {
         let mutation: Mutation
         /// Whether the commit replaces the epoch key.
         let rekeys: Bool
-        let effects: [GroupEffect]
+        var effects: [GroupEffect]
+        var inviteRotation: InviteRotation? = nil
+        var leaverWasAdmin = false
     }
 
     static let maxNameBytes = 256
     static let maxDescriptionBytes = 2048
 
     static func check(_ event: VerifiedGroupCommit, against state: GroupState) -> Result<Change, GroupRejection> {
+        var change: Change
+        switch checkAction(event, against: state) {
+        case .failure(let rejection): return .failure(rejection)
+        case .success(let checked): change = checked
+        }
+        let commit = event.commit
+        let author = event.author
+        let actor = state.role(of: author.inboxID) ?? .observer
+        // Admins after this commit: who must hold the invite seed from now on.
+        var admins = Set(state.members.values.filter { $0.role >= .admin }.map(\.inboxID))
+        var adminLosesRights = false
+        switch change.mutation {
+        case .remove(let inbox, _) where admins.contains(inbox):
+            admins.remove(inbox)
+            adminLosesRights = true
+        case .setRole(let inbox, let role) where admins.contains(inbox) && role < .admin:
+            admins.remove(inbox)
+            adminLosesRights = true
+        case .setRole(let inbox, let role) where role >= .admin:
+            admins.insert(inbox)
+        case .leave(let inbox) where admins.contains(inbox):
+            change.leaverWasAdmin = true
+        default:
+            break
+        }
+        if commit.hasRotateInvites {
+            guard actor >= .admin, state.inviteIdentity != nil else { return .failure(.unexpectedInviteRotation) }
+            let rotate = commit.rotateInvites
+            guard rotate.inviteTag.count == inviteTagByteCount, rotate.inviteTag != state.inviteTag,
+                !state.retiredInviteTags.contains(rotate.inviteTag)
+            else { return .failure(.invalidInviteTag) }
+            let identity: PublicIdentity
+            do {
+                identity = try PublicIdentity(wire: rotate.inviteIdentity)
+            } catch {
+                return .failure(.invalidTarget(error.description))
+            }
+            guard isSealed(rotate.sealedSeeds, toExactly: admins) else { return .failure(.inviteSeedsMismatch) }
+            change.inviteRotation = InviteRotation(identity: identity, tag: rotate.inviteTag)
+            change.effects.append(.invitesSetUp(sealedSeeds: rotate.sealedSeeds))
+        } else if adminLosesRights, state.inviteIdentity != nil {
+            return .failure(.inviteRotationRequired)
+        }
+        return .success(change)
+    }
+
+    private static func checkAction(
+        _ event: VerifiedGroupCommit, against state: GroupState
+    ) -> Result<Change, GroupRejection> {
         let commit = event.commit
         let author = event.author
         guard commit.groupID == state.groupID else { return .failure(.wrongGroup) }
@@ -142,6 +220,7 @@ enum GroupRules {
         if case .create(let create)? = commit.action {
             guard !state.isCreated else { return .failure(.alreadyCreated) }
             guard commit.epoch == 0 else { return .failure(.staleEpoch(commit: commit.epoch, current: 0)) }
+            guard commit.parentTranscript == state.transcript else { return .failure(.forkedHistory) }
             let profile = GroupProfile(wire: create.profile)
             if let problem = profileProblem(profile) { return .failure(.invalidProfile(problem)) }
             guard commit.epochKeys.isEmpty else { return .failure(.unexpectedEpochKeys) }
@@ -152,6 +231,7 @@ enum GroupRules {
         guard commit.epoch == state.epoch else {
             return .failure(.staleEpoch(commit: commit.epoch, current: state.epoch))
         }
+        guard commit.parentTranscript == state.transcript else { return .failure(.forkedHistory) }
         guard let authorMember = state.members[author.inboxID] else { return .failure(.notAMember(author.inboxID)) }
         guard authorMember.identity.hasSameKeys(as: author) else { return .failure(.authorKeysChanged(author.inboxID)) }
         let actor = authorMember.role
@@ -253,7 +333,10 @@ enum GroupRules {
 
         case .setUpInvites(let setUp)?:
             if let problem = require(.admin) ?? noKeys { return .failure(problem) }
-            guard state.inviteIdentity == nil else { return .failure(.invitesAlreadySetUp) }
+            // Again only to replace an identity an admin left with.
+            guard state.inviteIdentity == nil || state.invitesNeedRotation else {
+                return .failure(.invitesAlreadySetUp)
+            }
             guard setUp.inviteTag.count == inviteTagByteCount else { return .failure(.invalidInviteTag) }
             let identity: PublicIdentity
             do {
@@ -299,6 +382,7 @@ enum GroupRules {
         _ admission: WireInviteAdmission, of joiner: InboxID, against state: GroupState
     ) -> Result<Admission, GroupRejection> {
         guard state.inviteIdentity != nil else { return .failure(.invitesNotSetUp) }
+        guard !state.invitesNeedRotation else { return .failure(.inviteRotationPending) }
         guard admission.inviteID.count == inviteIDByteCount, admission.joinRequestID.count == 16 else {
             return .failure(.invalidTarget("invite admission"))
         }

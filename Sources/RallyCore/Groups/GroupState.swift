@@ -39,9 +39,19 @@ public struct GroupState: Sendable, Equatable {
     public private(set) var banned: Set<InboxID> = []
     /// An exploded group accepts no further commit.
     public private(set) var exploded = false
+    /// The hash chain over every applied commit: each commit names the
+    /// transcript it builds on, so members shown different histories find
+    /// out (ADR 0008).
+    public private(set) var transcript: Data
+    /// An admin left with the invite seed: invites admit nobody until an
+    /// admin sets up a new invite identity.
+    public private(set) var invitesNeedRotation = false
+    /// Invite identities the group used before its current one.
+    public private(set) var retiredInviteIdentities: [PublicIdentity] = []
 
     public init(groupID: String) {
         self.groupID = groupID
+        self.transcript = CommitSealing.initialTranscript(groupID: groupID)
     }
 
     /// Members sorted by role (highest first), then inbox id: the order
@@ -51,6 +61,9 @@ public struct GroupState: Sendable, Equatable {
     }
 
     public func role(of inbox: InboxID) -> GroupRole? { members[inbox]?.role }
+
+    /// Members who hold the invite seed: admins and owners.
+    public var admins: Set<InboxID> { Set(members.values.filter { $0.role >= .admin }.map(\.inboxID)) }
 
     /// Applies one verified commit at its position in the log. Invalid
     /// commits change nothing and say why; every member rejects the same
@@ -65,6 +78,7 @@ public struct GroupState: Sendable, Equatable {
             var effects = change.effects
             mutate(with: change, author: event.author)
             epoch += 1
+            transcript = CommitSealing.transcript(after: transcript, commitBytes: event.signedBytes)
             lastCommitID = commit.commitID
             appliedCommitIDs.insert(commit.commitID)
             effects.append(
@@ -103,16 +117,31 @@ public struct GroupState: Sendable, Equatable {
         case .rekey:
             break
         case .setUpInvites(let identity, let tag):
-            inviteIdentity = identity
-            inviteTag = tag
+            setUpInvites(identity, tag: tag)
         case .rotateInviteTag(let tag):
             retiredInviteTags.insert(inviteTag)
             inviteTag = tag
         case .explode:
             exploded = true
         }
+        if let rotation = change.inviteRotation { setUpInvites(rotation.identity, tag: rotation.tag) }
         if change.rekeys { needsRekey = false }
-        if case .leave = change.mutation { needsRekey = !members.isEmpty }
+        if case .leave(let inbox) = change.mutation {
+            needsRekey = !members.isEmpty
+            if change.leaverWasAdmin, inviteIdentity != nil, inbox == author.inboxID { invitesNeedRotation = true }
+        }
+    }
+
+    /// A new invite identity retires the old one and its tag: invites
+    /// issued before it no longer admit anyone.
+    private mutating func setUpInvites(_ identity: PublicIdentity, tag: Data) {
+        if let inviteIdentity {
+            retiredInviteIdentities.append(inviteIdentity)
+            retiredInviteTags.insert(inviteTag)
+        }
+        inviteIdentity = identity
+        inviteTag = tag
+        invitesNeedRotation = false
     }
 
     /// Restores a state from a snapshot (a welcome). The snapshot is trusted
@@ -144,6 +173,16 @@ public struct GroupState: Sendable, Equatable {
             banned.insert(inbox)
         }
         exploded = snapshot.exploded
+        guard snapshot.transcript.count == 32 else { throw .invalidMember("transcript") }
+        transcript = snapshot.transcript
+        invitesNeedRotation = snapshot.invitesNeedRotation
+        for bundle in snapshot.retiredInviteIdentities {
+            do {
+                retiredInviteIdentities.append(try PublicIdentity(wire: bundle))
+            } catch {
+                throw .invalidMember("retired invite identity: \(error.description)")
+            }
+        }
         for record in snapshot.members {
             let identity: PublicIdentity
             do {
@@ -180,6 +219,9 @@ public struct GroupState: Sendable, Equatable {
         snapshot.admittedJoinRequests = admittedJoinRequests.sorted { $0.lexicographicallyPrecedes($1) }
         snapshot.banned = banned.map(\.rawValue).sorted()
         snapshot.exploded = exploded
+        snapshot.transcript = transcript
+        snapshot.invitesNeedRotation = invitesNeedRotation
+        snapshot.retiredInviteIdentities = retiredInviteIdentities.map(\.wireBundle)
         snapshot.members = sortedMembers.map { member in
             var record = WireGroupMemberRecord()
             record.identity = member.identity.wireBundle

@@ -18,6 +18,43 @@ public struct GroupRecord: Sendable, Equatable {
     public let topicID: String
     public var state: GroupState
     public var status: Status
+    /// The topic's current access secret (ADR 0008); nil only for records
+    /// made before topics needed one.
+    public var accessSecret: Data?
+    /// The epoch link of the current epoch, which entries this member
+    /// publishes carry.
+    public var epochLink = Data()
+    /// The seq of the last control entry of the log this member read: the
+    /// relay stores a commit only if it builds on it.
+    public var lastControlSeq: UInt64 = 0
+    /// Set when this device was shown a history the other members do not
+    /// share; nothing is sent into the group from then on.
+    public var divergence: String?
+
+    public init(
+        groupID: String, topicID: String, state: GroupState, status: Status, accessSecret: Data? = nil,
+        epochLink: Data = Data(), lastControlSeq: UInt64 = 0, divergence: String? = nil
+    ) {
+        self.groupID = groupID
+        self.topicID = topicID
+        self.state = state
+        self.status = status
+        self.accessSecret = accessSecret
+        self.epochLink = epochLink
+        self.lastControlSeq = lastControlSeq
+        self.divergence = divergence
+    }
+
+    /// A group's id names its topic: first 16 bytes of SHA-256 over
+    /// "rally-group-id-v1" and the topic id, in hex. A welcome that pairs a
+    /// group id with another topic is refused.
+    public static func groupID(forTopicID topicID: String) -> String {
+        Data(SHA256.hash(data: Data("rally-group-id-v1|\(topicID)".utf8)).prefix(16)).hexString
+    }
+
+    public var topicAccess: TopicAccess? {
+        accessSecret.flatMap { try? TopicAccess(secret: SymmetricKey(data: $0)) }
+    }
 
     public var topic: TopicName {
         // Topic ids are 64 lowercase hex digits, always a valid topic id.
@@ -42,6 +79,46 @@ extension LocalStore {
                 table.primaryKey(["group_id", "epoch"])
             }
         }
+        migrator.registerMigration("v4-untrusted-relay") { db in
+            try db.alter(table: "group_info") { table in
+                table.add(column: "access_secret", .blob)
+                table.add(column: "epoch_link", .blob).notNull().defaults(to: Data())
+                table.add(column: "last_control_seq", .integer).notNull().defaults(to: 0)
+                table.add(column: "divergence", .text)
+            }
+            // Every process on this home records what became of this
+            // identity's commits, whichever process read them first.
+            try db.create(table: "own_commit") { table in
+                table.column("commit_id", .blob).primaryKey()
+                table.column("group_id", .text).notNull()
+                table.column("seq", .integer).notNull()
+                table.column("outcome", .text).notNull()
+                table.column("snapshot", .blob).notNull()
+            }
+        }
+    }
+
+    /// What became of one of this identity's commits, as the log showed it.
+    public struct OwnCommit: Sendable, Equatable {
+        public let groupID: String
+        public let seq: UInt64
+        /// nil when applied; otherwise why every member rejected it.
+        public let rejection: String?
+        /// The group state right after the commit.
+        public let snapshot: WireGroupSnapshot
+    }
+
+    public func ownCommit(_ commitID: Data) throws(LocalStoreError) -> OwnCommit? {
+        try read { db in
+            try Row.fetchOne(db, sql: "SELECT * FROM own_commit WHERE commit_id = ?", arguments: [commitID]).map {
+                row in
+                let outcome: String = row["outcome"]
+                return OwnCommit(
+                    groupID: row["group_id"], seq: UInt64(row["seq"] as Int64),
+                    rejection: outcome == "applied" ? nil : outcome,
+                    snapshot: try WireGroupSnapshot(serializedBytes: row["snapshot"] as Data))
+            }
+        }
     }
 
     public func saveNewGroup(
@@ -52,14 +129,12 @@ extension LocalStore {
         try write { db in
             try db.execute(
                 sql: """
-                    INSERT INTO group_info (group_id, topic_id, snapshot, status, created_at_ms)
-                    VALUES (?, ?, ?, ?, ?)
+                    INSERT INTO group_info (group_id, topic_id, snapshot, status, created_at_ms,
+                        access_secret, epoch_link, last_control_seq, divergence)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
                     ON CONFLICT(group_id) DO NOTHING
                     """,
-                arguments: [
-                    record.groupID, record.topicID, FrameCodec.encode(record.state.snapshot), record.status.rawValue,
-                    Self.millis(Date()),
-                ])
+                arguments: Self.insertArguments(record))
             guard db.changesCount > 0 else { throw LocalStoreError.failed("group \(record.groupID) exists") }
             if let (epoch, key) = epochKey {
                 try Self.insertKey(key, epoch: epoch, group: record.groupID, db: db)
@@ -105,13 +180,37 @@ extension LocalStore {
     @discardableResult
     public func ingestGroupEntry(
         _ record: GroupRecord, seq: UInt64, epochKey: (UInt64, SymmetricKey)?, message: StoredMessage?,
-        inviteSeed: SymmetricKey? = nil
+        inviteSeed: SymmetricKey? = nil, ownCommit: (commitID: Data, rejection: String?)? = nil
     ) throws(LocalStoreError) -> Bool {
         try Self.checkSeq(seq)
         return try write { db in
+            // Another process on this home may have read this entry first.
+            if let cursor = try Int64.fetchOne(
+                db, sql: "SELECT seq FROM cursor WHERE topic = ?", arguments: [record.topic.rawValue]),
+                cursor >= Int64(seq)
+            {
+                return false
+            }
             try db.execute(
-                sql: "UPDATE group_info SET snapshot = ?, status = ? WHERE group_id = ?",
-                arguments: [FrameCodec.encode(record.state.snapshot), record.status.rawValue, record.groupID])
+                sql: """
+                    UPDATE group_info SET snapshot = ?, status = ?, access_secret = ?, epoch_link = ?,
+                        last_control_seq = ?, divergence = ? WHERE group_id = ?
+                    """,
+                arguments: [
+                    FrameCodec.encode(record.state.snapshot), record.status.rawValue, record.accessSecret,
+                    record.epochLink, Int64(record.lastControlSeq), record.divergence, record.groupID,
+                ])
+            if let ownCommit {
+                try db.execute(
+                    sql: """
+                        INSERT OR IGNORE INTO own_commit (commit_id, group_id, seq, outcome, snapshot)
+                        VALUES (?, ?, ?, ?, ?)
+                        """,
+                    arguments: [
+                        ownCommit.commitID, record.groupID, Int64(seq), ownCommit.rejection ?? "applied",
+                        FrameCodec.encode(record.state.snapshot),
+                    ])
+            }
             if let (epoch, key) = epochKey {
                 try Self.insertKey(key, epoch: epoch, group: record.groupID, db: db)
             }
@@ -136,13 +235,11 @@ extension LocalStore {
         return try write { db in
             try db.execute(
                 sql: """
-                    INSERT INTO group_info (group_id, topic_id, snapshot, status, created_at_ms)
-                    VALUES (?, ?, ?, ?, ?) ON CONFLICT(group_id) DO NOTHING
+                    INSERT INTO group_info (group_id, topic_id, snapshot, status, created_at_ms,
+                        access_secret, epoch_link, last_control_seq, divergence)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(group_id) DO NOTHING
                     """,
-                arguments: [
-                    record.groupID, record.topicID, FrameCodec.encode(record.state.snapshot), record.status.rawValue,
-                    Self.millis(Date()),
-                ])
+                arguments: Self.insertArguments(record))
             try Self.insertKey(epochKey.1, epoch: epochKey.0, group: record.groupID, db: db)
             if let inviteSeed { try Self.saveInviteSeed(inviteSeed, group: record.groupID, db: db) }
             try Self.setCursor(record.topic, seq: groupCursor, db: db)
@@ -151,6 +248,14 @@ extension LocalStore {
             try Self.setCursor(inboxTopic, seq: inboxSeq, db: db)
             return inserted
         }
+    }
+
+    private static func insertArguments(_ record: GroupRecord) -> StatementArguments {
+        [
+            record.groupID, record.topicID, FrameCodec.encode(record.state.snapshot), record.status.rawValue,
+            Self.millis(Date()), record.accessSecret, record.epochLink, Int64(record.lastControlSeq),
+            record.divergence,
+        ]
     }
 
     private static func insertKey(_ key: SymmetricKey, epoch: UInt64, group: String, db: Database) throws {
@@ -175,6 +280,8 @@ extension LocalStore {
         let state = try GroupState(snapshot: snapshot)
         return GroupRecord(
             groupID: groupID, topicID: row["topic_id"], state: state,
-            status: GroupRecord.Status(rawValue: statusText) ?? .active)
+            status: GroupRecord.Status(rawValue: statusText) ?? .active, accessSecret: row["access_secret"],
+            epochLink: row["epoch_link"], lastControlSeq: UInt64(row["last_control_seq"] as Int64),
+            divergence: row["divergence"])
     }
 }

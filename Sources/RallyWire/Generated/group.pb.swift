@@ -136,6 +136,14 @@ public nonisolated struct WireSealedGroupCommit: Sendable {
 
   public var sealedBox: Data = Data()
 
+  /// The transcript hash of the epoch this entry belongs to, and a MAC over
+  /// it (group id, epoch, transcript) under a key derived from the previous
+  /// epoch's key: a member that missed a commit, or was shown another
+  /// history, learns it from an entry it can authenticate (ADR 0008).
+  public var transcript: Data = Data()
+
+  public var epochLink: Data = Data()
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -596,6 +604,14 @@ public nonisolated struct WireGroupCiphertext: Sendable {
 
   public var sealedBox: Data = Data()
 
+  /// The transcript hash of the epoch this entry belongs to, and a MAC over
+  /// it (group id, epoch, transcript) under a key derived from the previous
+  /// epoch's key: a member that missed a commit, or was shown another
+  /// history, learns it from an entry it can authenticate (ADR 0008).
+  public var transcript: Data = Data()
+
+  public var epochLink: Data = Data()
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -800,6 +816,10 @@ public nonisolated struct WireGroupWelcome: Sendable {
   /// The join request this welcome answers (empty for a direct add).
   public var joinRequestID: Data = Data()
 
+  /// The epoch link of the snapshot's epoch, which the newcomer cannot
+  /// compute (it never had the previous epoch's key).
+  public var epochLink: Data = Data()
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -901,7 +921,7 @@ nonisolated extension WireGroupLogEntry: SwiftProtobuf.Message, SwiftProtobuf._M
 
 nonisolated extension WireSealedGroupCommit: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".SealedGroupCommit"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}epoch\0\u{3}sealed_box\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}epoch\0\u{3}sealed_box\0\u{1}transcript\0\u{3}epoch_link\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -911,6 +931,8 @@ nonisolated extension WireSealedGroupCommit: SwiftProtobuf.Message, SwiftProtobu
       switch fieldNumber {
       case 1: try { try decoder.decodeSingularUInt64Field(value: &self.epoch) }()
       case 2: try { try decoder.decodeSingularBytesField(value: &self.sealedBox) }()
+      case 3: try { try decoder.decodeSingularBytesField(value: &self.transcript) }()
+      case 4: try { try decoder.decodeSingularBytesField(value: &self.epochLink) }()
       default: break
       }
     }
@@ -923,12 +945,20 @@ nonisolated extension WireSealedGroupCommit: SwiftProtobuf.Message, SwiftProtobu
     if !self.sealedBox.isEmpty {
       try visitor.visitSingularBytesField(value: self.sealedBox, fieldNumber: 2)
     }
+    if !self.transcript.isEmpty {
+      try visitor.visitSingularBytesField(value: self.transcript, fieldNumber: 3)
+    }
+    if !self.epochLink.isEmpty {
+      try visitor.visitSingularBytesField(value: self.epochLink, fieldNumber: 4)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
   public static func ==(lhs: WireSealedGroupCommit, rhs: WireSealedGroupCommit) -> Bool {
     if lhs.epoch != rhs.epoch {return false}
     if lhs.sealedBox != rhs.sealedBox {return false}
+    if lhs.transcript != rhs.transcript {return false}
+    if lhs.epochLink != rhs.epochLink {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -1715,7 +1745,7 @@ nonisolated extension WireSealedEpochKey: SwiftProtobuf.Message, SwiftProtobuf._
 
 nonisolated extension WireGroupCiphertext: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".GroupCiphertext"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}epoch\0\u{3}sealed_box\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}epoch\0\u{3}sealed_box\0\u{1}transcript\0\u{3}epoch_link\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1725,6 +1755,8 @@ nonisolated extension WireGroupCiphertext: SwiftProtobuf.Message, SwiftProtobuf.
       switch fieldNumber {
       case 1: try { try decoder.decodeSingularUInt64Field(value: &self.epoch) }()
       case 2: try { try decoder.decodeSingularBytesField(value: &self.sealedBox) }()
+      case 3: try { try decoder.decodeSingularBytesField(value: &self.transcript) }()
+      case 4: try { try decoder.decodeSingularBytesField(value: &self.epochLink) }()
       default: break
       }
     }
@@ -1737,12 +1769,20 @@ nonisolated extension WireGroupCiphertext: SwiftProtobuf.Message, SwiftProtobuf.
     if !self.sealedBox.isEmpty {
       try visitor.visitSingularBytesField(value: self.sealedBox, fieldNumber: 2)
     }
+    if !self.transcript.isEmpty {
+      try visitor.visitSingularBytesField(value: self.transcript, fieldNumber: 3)
+    }
+    if !self.epochLink.isEmpty {
+      try visitor.visitSingularBytesField(value: self.epochLink, fieldNumber: 4)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
   public static func ==(lhs: WireGroupCiphertext, rhs: WireGroupCiphertext) -> Bool {
     if lhs.epoch != rhs.epoch {return false}
     if lhs.sealedBox != rhs.sealedBox {return false}
+    if lhs.transcript != rhs.transcript {return false}
+    if lhs.epochLink != rhs.epochLink {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -2011,7 +2051,7 @@ nonisolated extension WireInviteUse: SwiftProtobuf.Message, SwiftProtobuf._Messa
 
 nonisolated extension WireGroupWelcome: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".GroupWelcome"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}group_id\0\u{3}topic_id\0\u{3}snapshot_seq\0\u{1}snapshot\0\u{3}epoch_key\0\u{3}invite_tag\0\u{3}invite_proof\0\u{3}invite_seed\0\u{3}admission_commit_key\0\u{3}topic_access_secret\0\u{3}join_request_id\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}group_id\0\u{3}topic_id\0\u{3}snapshot_seq\0\u{1}snapshot\0\u{3}epoch_key\0\u{3}invite_tag\0\u{3}invite_proof\0\u{3}invite_seed\0\u{3}admission_commit_key\0\u{3}topic_access_secret\0\u{3}join_request_id\0\u{3}epoch_link\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2030,6 +2070,7 @@ nonisolated extension WireGroupWelcome: SwiftProtobuf.Message, SwiftProtobuf._Me
       case 9: try { try decoder.decodeSingularBytesField(value: &self.admissionCommitKey) }()
       case 10: try { try decoder.decodeSingularBytesField(value: &self.topicAccessSecret) }()
       case 11: try { try decoder.decodeSingularBytesField(value: &self.joinRequestID) }()
+      case 12: try { try decoder.decodeSingularBytesField(value: &self.epochLink) }()
       default: break
       }
     }
@@ -2073,6 +2114,9 @@ nonisolated extension WireGroupWelcome: SwiftProtobuf.Message, SwiftProtobuf._Me
     if !self.joinRequestID.isEmpty {
       try visitor.visitSingularBytesField(value: self.joinRequestID, fieldNumber: 11)
     }
+    if !self.epochLink.isEmpty {
+      try visitor.visitSingularBytesField(value: self.epochLink, fieldNumber: 12)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -2088,6 +2132,7 @@ nonisolated extension WireGroupWelcome: SwiftProtobuf.Message, SwiftProtobuf._Me
     if lhs.admissionCommitKey != rhs.admissionCommitKey {return false}
     if lhs.topicAccessSecret != rhs.topicAccessSecret {return false}
     if lhs.joinRequestID != rhs.joinRequestID {return false}
+    if lhs.epochLink != rhs.epochLink {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
