@@ -219,12 +219,15 @@ struct InviteKeysTests {
     static let otherNewcomer = InboxID(signingPublicKey: Data(repeating: 0x04, count: 32))
 
     /// One way of checking a proof made for (tag, groupID, newcomer) by seed 5.
+    static let requestID = Data(repeating: 0x42, count: 16)
+
     struct ProofCase: Sendable, CustomTestStringConvertible {
         let name: String
         let verifierSeed: UInt8
         let tag: Data
         let groupID: String
         let newcomer: InboxID
+        let requestID: Data
         let proof: @Sendable (Data) -> Data
         let valid: Bool
         var testDescription: String { name }
@@ -232,8 +235,9 @@ struct InviteKeysTests {
         init(
             _ name: String, valid: Bool = false, verifierSeed: UInt8 = 5, tag: Data = InviteKeysTests.tag,
             groupID: String = InviteKeysTests.groupID, newcomer: InboxID = InviteKeysTests.newcomer,
-            proof: @escaping @Sendable (Data) -> Data = { $0 }
+            requestID: Data = InviteKeysTests.requestID, proof: @escaping @Sendable (Data) -> Data = { $0 }
         ) {
+            self.requestID = requestID
             self.name = name
             self.valid = valid
             self.verifierSeed = verifierSeed
@@ -250,6 +254,7 @@ struct InviteKeysTests {
         .init("another group", groupID: otherGroupID),
         .init("a group id that extends the proven one", groupID: groupID + "0"),
         .init("another newcomer", newcomer: otherNewcomer),
+        .init("another join request (a replayed answer)", requestID: Data(repeating: 0x77, count: 16)),
         .init("the invite identity of another seed", verifierSeed: 6),
         .init("an empty proof", proof: { _ in Data() }),
         .init("a truncated proof", proof: { $0.dropLast() }),
@@ -259,11 +264,13 @@ struct InviteKeysTests {
     @Test("a welcome proof verifies only for", arguments: proofCases)
     func welcomeProof(_ check: ProofCase) throws {
         let signer = try Self.keys(5)
-        let proof = signer.welcomeProof(tag: Self.tag, groupID: Self.groupID, newcomer: Self.newcomer)
+        let proof = signer.welcomeProof(
+            tag: Self.tag, groupID: Self.groupID, newcomer: Self.newcomer, requestID: Self.requestID)
         #expect(proof.count == 64)
         let verifier = try Self.keys(check.verifierSeed).identity.publicIdentity
         let valid = InviteKeys.isValidWelcomeProof(
-            check.proof(proof), by: verifier, tag: check.tag, groupID: check.groupID, newcomer: check.newcomer)
+            check.proof(proof), by: verifier, tag: check.tag, groupID: check.groupID, newcomer: check.newcomer,
+            requestID: check.requestID)
         #expect(valid == check.valid)
     }
 
@@ -273,24 +280,26 @@ struct InviteKeysTests {
         let admin = try Identity(
             signingKeyBytes: Data(repeating: 0x21, count: 32), agreementKeyBytes: Data(repeating: 0x22, count: 32),
             displayName: "Ada", createdAt: Date(timeIntervalSince1970: 0))
-        let payload = InviteKeys.welcomeProofPayload(tag: Self.tag, groupID: Self.groupID, newcomer: Self.newcomer)
+        let payload = InviteKeys.welcomeProofPayload(
+            tag: Self.tag, groupID: Self.groupID, newcomer: Self.newcomer, requestID: Self.requestID)
         let byAdmin = try admin.signingKey.signature(for: payload)
         #expect(
             !InviteKeys.isValidWelcomeProof(
                 byAdmin, by: keys.identity.publicIdentity, tag: Self.tag, groupID: Self.groupID,
-                newcomer: Self.newcomer))
+                newcomer: Self.newcomer, requestID: Self.requestID))
         // The invite identity signing the bare fields, without the domain.
         let undomained = try keys.identity.signingKey.signature(
-            for: Self.tag + Data("|\(Self.groupID)|\(Self.newcomer.rawValue)".utf8))
+            for: Self.tag + Data("|\(Self.groupID)|\(Self.newcomer.rawValue)|".utf8) + Self.requestID)
         #expect(
             !InviteKeys.isValidWelcomeProof(
                 undomained, by: keys.identity.publicIdentity, tag: Self.tag, groupID: Self.groupID,
-                newcomer: Self.newcomer))
+                newcomer: Self.newcomer, requestID: Self.requestID))
         // The same seed re-derived verifies the genuine proof.
-        let proof = keys.welcomeProof(tag: Self.tag, groupID: Self.groupID, newcomer: Self.newcomer)
+        let proof = keys.welcomeProof(
+            tag: Self.tag, groupID: Self.groupID, newcomer: Self.newcomer, requestID: Self.requestID)
         #expect(
             InviteKeys.isValidWelcomeProof(
                 proof, by: try Self.keys(5).identity.publicIdentity, tag: Self.tag, groupID: Self.groupID,
-                newcomer: Self.newcomer))
+                newcomer: Self.newcomer, requestID: Self.requestID))
     }
 }

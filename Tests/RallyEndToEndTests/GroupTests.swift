@@ -116,14 +116,37 @@ struct GroupTests {
         #expect(bobState.epoch == carolState.epoch)
         let bobCommit = try await removal(by: bob, of: carol.inboxID, state: bobState)
         let carolCommit = try await removal(by: carol, of: bob.inboxID, state: carolState)
-        let topic = try await bob.group(groupID).topic
+        let bobRecord = try await bob.group(groupID)
+        let carolRecord = try await carol.group(groupID)
+        let bobEntry = try await bob.sealedEntry(bobCommit, record: bobRecord)
+        let carolEntry = try await carol.sealedEntry(carolCommit, record: carolRecord)
         let raw = try await RelayConnection.connect(to: world.relay.url, identity: nil, logger: TestLogger.quiet)
-        async let first = raw.publish(
-            topic: topic, payload: entry(bobCommit, by: bob), idempotencyKey: bobCommit.commitID)
-        async let second = raw.publish(
-            topic: topic, payload: entry(carolCommit, by: carol), idempotencyKey: carolCommit.commitID)
-        let acks = try await [first, second]
+        func publish(
+            _ sealed: (entry: WireGroupLogEntry, rotateAccessKey: Data?), _ commit: WireGroupCommit,
+            _ record: GroupRecord
+        ) async -> Result<WirePublishAck, RelayClientError> {
+            do {
+                return .success(
+                    try await raw.publish(
+                        topic: record.topic, payload: FrameCodec.encode(sealed.entry),
+                        idempotencyKey: commit.commitID, access: record.topicAccess, control: true,
+                        expectedControlSeq: record.lastControlSeq, rotateAccessKey: sealed.rotateAccessKey))
+            } catch {
+                return .failure(error)
+            }
+        }
+        async let first = publish(bobEntry, bobCommit, bobRecord)
+        async let second = publish(carolEntry, carolCommit, carolRecord)
+        let results = await [first, second]
         await raw.close()
+        // The relay stores one control entry per position: the other gets
+        // CONFLICT and is never stored.
+        let stored = results.compactMap { try? $0.get() }
+        #expect(stored.count == 1)
+        #expect(
+            results.contains {
+                if case .failure(.refused(code: .conflict, _)) = $0 { true } else { false }
+            })
 
         var lists: [[String]] = []
         var epochs: [UInt64] = []
@@ -138,8 +161,8 @@ struct GroupTests {
         let bobStayed = survivors.contains("bob:admin")
         let carolStayed = survivors.contains("carol:admin")
         #expect(bobStayed != carolStayed, "exactly one of the two must remain: \(survivors)")
-        // The winner is the commit the relay ordered first.
-        let bobFirst = acks[0].seq < acks[1].seq
+        // The winner is the commit the relay stored.
+        let bobFirst = (try? results[0].get()) != nil
         #expect(bobStayed == bobFirst)
         let loser = bobStayed ? carol : bob
         #expect(try await loser.group(groupID).status == .removed)
@@ -214,17 +237,11 @@ struct GroupTests {
     }
 
     func removal(by client: RallyClient, of target: InboxID, state: GroupState) async throws -> WireGroupCommit {
-        var commit = client.newCommit(groupID: state.groupID, epoch: state.epoch)
+        var commit = client.newCommit(on: state)
         commit.removeMember.inboxID = target.rawValue
-        try await client.attachFreshKeyForTest(
+        try await client.attachFreshKey(
             to: &commit, for: state.members.values.filter { $0.inboxID != target }, state: state)
         return commit
-    }
-
-    func entry(_ commit: WireGroupCommit, by client: RallyClient) -> Data {
-        var entry = WireGroupLogEntry()
-        entry.commit = VerifiedGroupCommit.sign(commit, by: client.identity)
-        return FrameCodec.encode(entry)
     }
 }
 

@@ -313,6 +313,16 @@ extension RallyClient {
     private func publish(_ commit: WireGroupCommit, to record: GroupRecord) async throws(RallyClientError)
         -> WirePublishAck
     {
+        let (entry, rotateTo) = try sealedEntry(commit, record: record)
+        return try await publishEntry(
+            entry, to: record, key: commit.commitID, control: true, rotateAccessKey: rotateTo)
+    }
+
+    /// The log entry of a commit, and the access key the topic moves to
+    /// with it (for a commit that replaces the epoch key).
+    func sealedEntry(
+        _ commit: WireGroupCommit, record: GroupRecord
+    ) throws(RallyClientError) -> (entry: WireGroupLogEntry, rotateAccessKey: Data?) {
         let epochKey: SymmetricKey?
         do {
             epochKey = try store.epochKey(group: record.groupID, epoch: commit.epoch)
@@ -339,8 +349,7 @@ extension RallyClient {
         } catch {
             throw .recipientKeysInvalid(identity.inboxID, reason: error.description)
         }
-        return try await publishEntry(
-            entry, to: record, key: commit.commitID, control: true, rotateAccessKey: rotateTo)
+        return (entry, rotateTo)
     }
 
     private func publishEntry(
