@@ -171,9 +171,9 @@ struct DemoCommand: AsyncParsableCommand {
         let attempt = try await mallory.startJoin(forgedSlug)
         for await handled in reports where handled.joiner == mallory.inboxID { break }
         _ = try await mallory.syncInbox()
-        let unanswered = try await mallory.joinAttempt(attempt.requestID)
+        let answered = try await mallory.joinAttempt(attempt.requestID)
         say(
-            "mallory    forged an invite: no answer (still \(unanswered.phase.rawValue)); alice's client blocked her: \(try alice.store.isBlocked(mallory.inboxID))"
+            "mallory    forged an invite: \(answered.phase.rawValue) (\(answered.reason ?? "")); nobody is blocked for an invite someone else signed"
         )
         await mallory.disconnect()
         watcher.cancel()

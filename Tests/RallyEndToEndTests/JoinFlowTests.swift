@@ -206,32 +206,65 @@ struct JoinFlowTests {
         await w.world.stop([w.owner, bob])
     }
 
-    @Test("A forged invite gets no answer and its sender is blocked, for good")
-    func forgedIsBlocked() async throws {
+    @Test("A forged invite is refused, blocks nobody, and its victim still joins with a genuine invite")
+    func forgedInviteBlocksNobody() async throws {
         let (w, invite) = try await InviteWorld.start()
         let mallory = try await w.user("mallory")
-        // Mallory signs her own invite aimed at the group's join inbox,
-        // with a group reference she made up, granting herself admin.
+        let victim = try await w.user("victor")
+        // Mallory signs her own invite aimed at the group's real join
+        // inbox, with a group reference she made up, and hands it to Victor.
         var payload = invite.invite.payload
         payload.issuer = mallory.identity.publicIdentity.wireBundle
         payload.groupReference = Data(repeating: 7, count: 60)
         payload.role = GroupRole.admin.wire
         let forged = InviteSlug.encode(Invite.sign(payload, by: mallory.identity))
-        let attempt = try await requestJoin(mallory, forged)
+        let attempt = try await requestJoin(victim, forged)
+        let reports = try await w.owner.processJoinRequests()
+        #expect(
+            decisions(reports) == [
+                .reject(.genericFailure, reason: "the invite was not made by an admin of this group")
+            ])
+        #expect(try !w.owner.store.isBlocked(victim.inboxID, group: w.groupID))
+        // Victor is told, instead of waiting forever.
+        #expect(try await joinState(victim, attempt).errorType == .genericFailure)
+
+        // A genuine invite admits him.
+        let second = try await requestJoin(victim, invite.appLink)
+        _ = try await w.owner.processJoinRequests()
+        #expect(try await joinState(victim, second).phase == .joined)
+        #expect(try await w.owner.group(w.groupID).state.members[victim.inboxID] != nil)
+        await w.world.stop([w.owner, mallory, victim])
+    }
+
+    @Test("A sender at fault is blocked for one group only, and an admin can lift the block")
+    func blocksArePerGroupAndLiftable() async throws {
+        let (w, invite) = try await InviteWorld.start()
+        let mallory = try await w.user("mallory")
+        let other = try await w.owner.createGroup(name: "Other")
+        let otherInvite = try await w.owner.createInvite(in: other.groupID)
+        // A request whose id is not its message id: only its sender made it.
+        var request = WireJoinRequest()
+        request.invite = invite.invite.signed
+        request.requestID = Data(repeating: 9, count: 16)
+        _ = try await mallory.send(
+            request, codec: JoinRequestCodec(), to: try InboxID(validating: invite.invite.payload.joinInboxID),
+            keepCopy: false)
         let reports = try await w.owner.processJoinRequests()
         guard case .block? = reports.first?.decision else {
             Issue.record("expected a block, got \(reports)")
             return
         }
-        #expect(try w.owner.store.isBlocked(mallory.inboxID))
-        #expect(try await joinState(mallory, attempt).phase == .joining)
-        #expect(try joinErrors(in: mallory).isEmpty)
-
-        // Even a genuine invite from her is now dropped without an answer.
-        let second = try await requestJoin(mallory, invite.appLink)
-        #expect(decisions(try await w.owner.processJoinRequests()) == [.ignoredBlockedSender])
-        #expect(try await joinState(mallory, second).phase == .joining)
-        #expect(try await w.owner.group(w.groupID).state.members.count == 1)
+        #expect(try w.owner.store.isBlocked(mallory.inboxID, group: w.groupID))
+        #expect(try !w.owner.store.isBlocked(mallory.inboxID, group: other.groupID))
+        // Blocked in one group, she still joins another.
+        let elsewhere = try await requestJoin(mallory, otherInvite.appLink)
+        _ = try await w.owner.processJoinRequests()
+        #expect(try await joinState(mallory, elsewhere).phase == .joined)
+        // Lifted, her genuine request to the first group is answered again.
+        #expect(try await w.owner.unblockJoinSender(mallory.inboxID, in: w.groupID))
+        let again = try await requestJoin(mallory, invite.appLink)
+        _ = try await w.owner.processJoinRequests()
+        #expect(try await joinState(mallory, again).phase == .joined)
         await w.world.stop([w.owner, mallory])
     }
 

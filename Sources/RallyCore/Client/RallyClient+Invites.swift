@@ -152,6 +152,18 @@ extension RallyClient {
         }
     }
 
+    /// Lifts this client's block on an inbox's join requests to a group.
+    /// Returns whether there was one.
+    @discardableResult
+    public func unblockJoinSender(_ inbox: InboxID, in reference: String) throws(RallyClientError) -> Bool {
+        let groupID = try group(reference).groupID
+        do {
+            return try store.unblockJoinSender(inbox, group: groupID)
+        } catch {
+            throw .store(error)
+        }
+    }
+
     /// Removes a group from this device only.
     public func forgetGroup(_ reference: String) throws(RallyClientError) {
         let groupID = try group(reference).groupID
@@ -290,7 +302,7 @@ extension RallyClient {
                 return asked.decide(
                     groupID: groupID, group: try store.group(groupID), me: identity.inboxID,
                     seenBefore: try store.joinRequestSeen(requestID.hexString),
-                    senderBlocked: try store.isBlocked(joiner.inboxID))
+                    senderBlocked: try store.isBlocked(joiner.inboxID, group: groupID))
             } catch {
                 throw .store(error)
             }
@@ -575,10 +587,18 @@ extension RallyClient {
 
     /// The join answer a received message carries, for the store to apply
     /// with the message.
+    /// A join error counts only as the answer to the request whose id its
+    /// message id is derived from: an old answer replayed for a later
+    /// request with the same invite is dropped.
     func joinEvent(in message: StoredMessage) -> JoinEventForStore? {
         guard message.contentType == InviteJoinErrorCodec.contentType.description,
             let content = try? WireEncodedContent(serializedBytes: message.encodedContent),
-            let error = codecs.decode(content).value as? InviteJoinError
+            let error = codecs.decode(content).value as? InviteJoinError,
+            let attempts = try? store.joinAttempts(),
+            attempts.contains(where: { attempt in
+                attempt.invite.tag == error.inviteTag
+                    && Data(hexString: attempt.requestID).map { Self.joinErrorID(for: $0).hexString } == message.id
+            })
         else { return nil }
         return JoinEventForStore(tag: error.inviteTag, event: .errorReceived(error, from: message.sender))
     }

@@ -153,7 +153,12 @@ public enum JoinRequestPolicy {
             return .duplicate
         }
         if context.senderBlocked { return .ignoredBlockedSender }
-        // 2. Malformed or forged.
+        // 2. Malformed or forged. Only what the sender itself signed can
+        // get it blocked: a request that is not one, or whose id is not
+        // the message's. An invite that fails (bad signature, another join
+        // inbox, a group reference no admin made) may be someone else's
+        // forgery handed to an innocent joiner: it is answered, never
+        // blocked, so the victim can still join with a genuine invite.
         guard let request = context.request else { return .block(reason: "not a join request") }
         guard request.requestID == context.requestID else { return .block(reason: "request id does not match") }
         // Expiry is judged below, in its place in the order.
@@ -161,17 +166,17 @@ public enum JoinRequestPolicy {
         do {
             invite = try Invite.verify(request.invite, now: nil)
         } catch {
-            return .block(reason: "invite: \(error)")
+            return .reject(.genericFailure, reason: "the invite is not valid: \(error)")
         }
         guard invite.payload.joinInboxID == context.keys.identity.inboxID.rawValue else {
-            return .block(reason: "the invite names another join inbox")
+            return .reject(.genericFailure, reason: "the invite names another join inbox")
         }
         guard
             let groupID = context.keys.openReference(
                 invite.payload.groupReference, tag: invite.tag, issuer: invite.issuer.inboxID),
             groupID == context.groupID
         else {
-            return .block(reason: "the invite's group reference was not made by an admin of this group")
+            return .reject(.genericFailure, reason: "the invite was not made by an admin of this group")
         }
         // 3. Expired.
         if let expiresAt = invite.expiresAt, expiresAt <= context.now {

@@ -108,6 +108,18 @@ extension LocalStore {
                 table.column("at_ms", .integer).notNull()
             }
         }
+        migrator.registerMigration("v4-blocks-per-group") { db in
+            // Blocks were global and forever; a block now holds for one
+            // group's join requests and can be lifted.
+            try db.create(table: "blocked_join_sender") { table in
+                table.column("group_id", .text).notNull()
+                table.column("inbox_id", .text).notNull()
+                table.column("reason", .text).notNull()
+                table.column("at_ms", .integer).notNull()
+                table.primaryKey(["group_id", "inbox_id"])
+            }
+            try db.drop(table: "blocked_inbox")
+        }
     }
 
     // MARK: Invite seeds (admins)
@@ -229,17 +241,42 @@ extension LocalStore {
             }
             if block, let joiner {
                 try db.execute(
-                    sql: "INSERT OR IGNORE INTO blocked_inbox (inbox_id, reason, at_ms) VALUES (?, ?, ?)",
-                    arguments: [joiner.rawValue, detail ?? "", now])
+                    sql: """
+                        INSERT OR IGNORE INTO blocked_join_sender (group_id, inbox_id, reason, at_ms)
+                        VALUES (?, ?, ?, ?)
+                        """,
+                    arguments: [groupID, joiner.rawValue, detail ?? "", now])
             }
             try Self.setCursor(topic, seq: seq, db: db)
         }
     }
 
-    public func isBlocked(_ inbox: InboxID) throws(LocalStoreError) -> Bool {
+    public func isBlocked(_ inbox: InboxID, group: String) throws(LocalStoreError) -> Bool {
         try read { db in
-            try Bool.fetchOne(db, sql: "SELECT 1 FROM blocked_inbox WHERE inbox_id = ?", arguments: [inbox.rawValue])
-                ?? false
+            try Bool.fetchOne(
+                db, sql: "SELECT 1 FROM blocked_join_sender WHERE group_id = ? AND inbox_id = ?",
+                arguments: [group, inbox.rawValue]) ?? false
+        }
+    }
+
+    /// Senders blocked from a group's join requests, with why.
+    public func blockedJoinSenders(group: String) throws(LocalStoreError) -> [(inbox: String, reason: String)] {
+        try read { db in
+            try Row.fetchAll(
+                db, sql: "SELECT inbox_id, reason FROM blocked_join_sender WHERE group_id = ? ORDER BY at_ms",
+                arguments: [group]
+            ).map { (inbox: $0["inbox_id"], reason: $0["reason"]) }
+        }
+    }
+
+    /// Lifts a block; returns whether there was one.
+    @discardableResult
+    public func unblockJoinSender(_ inbox: InboxID, group: String) throws(LocalStoreError) -> Bool {
+        try write { db in
+            try db.execute(
+                sql: "DELETE FROM blocked_join_sender WHERE group_id = ? AND inbox_id = ?",
+                arguments: [group, inbox.rawValue])
+            return db.changesCount > 0
         }
     }
 }
