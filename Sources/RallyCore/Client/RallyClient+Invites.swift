@@ -235,12 +235,10 @@ extension RallyClient {
     /// A client acting as the group's invite identity, sharing this
     /// client's store (its inbox cursor lives there) and relay.
     func inviteClient(_ groupID: String, keys: InviteKeys) -> RallyClient {
-        if let existing = inviteClients[groupID], existing.identity.inboxID == keys.identity.inboxID {
-            return existing
-        }
+        if let existing = inviteClients[keys.identity.inboxID.rawValue] { return existing }
         let client = RallyClient(
             identity: keys.identity, store: store, relayURL: relayURL, codecs: codecs, logger: logger)
-        inviteClients[groupID] = client
+        inviteClients[keys.identity.inboxID.rawValue] = client
         return client
     }
 

@@ -23,8 +23,9 @@ public actor RallyClient {
     public nonisolated let codecs: CodecRegistry
     let logger: Logger
     private var connection: RelayConnection?
-    /// Clients of the invite identities of groups this identity administers,
-    /// by group id: they read the join requests.
+    /// Clients of the invite identities (current and retired) of groups
+    /// this identity administers, by their inbox id: they read the join
+    /// requests.
     var inviteClients: [String: RallyClient] = [:]
     /// Outcomes of this identity's own commits, by commit id, however they
     /// were read (a live follower may read a commit before the sync that

@@ -119,12 +119,26 @@ extension LocalStore {
                 table.primaryKey(["group_id", "inbox_id"])
             }
             try db.drop(table: "blocked_inbox")
+            // Seeds of invite identities a rotation retired: the admins who
+            // stayed keep reading their join inboxes, so a request made with
+            // an old invite is answered invite_revoked instead of nothing.
+            try db.create(table: "retired_invite_seed") { table in
+                table.column("group_id", .text).notNull()
+                table.column("seed", .blob).notNull()
+                table.primaryKey(["group_id", "seed"])
+            }
         }
     }
 
     // MARK: Invite seeds (admins)
 
     static func saveInviteSeed(_ seed: SymmetricKey, group: String, db: Database) throws {
+        try db.execute(
+            sql: """
+                INSERT OR IGNORE INTO retired_invite_seed (group_id, seed)
+                SELECT group_id, seed FROM invite_seed WHERE group_id = ? AND seed != ?
+                """,
+            arguments: [group, seed.withUnsafeBytes { Data($0) }])
         try db.execute(
             sql: "INSERT OR REPLACE INTO invite_seed (group_id, seed) VALUES (?, ?)",
             arguments: [group, seed.withUnsafeBytes { Data($0) }])
@@ -137,10 +151,17 @@ extension LocalStore {
         }
     }
 
-    /// Every group whose invite seed this client holds.
+    /// Every invite seed this client holds, current and retired, by group.
     public func inviteSeeds() throws(LocalStoreError) -> [(groupID: String, seed: SymmetricKey)] {
         try read { db in
-            try Row.fetchAll(db, sql: "SELECT group_id, seed FROM invite_seed ORDER BY group_id").map { row in
+            try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT group_id, seed FROM invite_seed
+                    UNION SELECT group_id, seed FROM retired_invite_seed
+                    ORDER BY group_id
+                    """
+            ).map { row in
                 (groupID: row["group_id"] as String, seed: SymmetricKey(data: row["seed"] as Data))
             }
         }

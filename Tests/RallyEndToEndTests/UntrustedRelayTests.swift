@@ -1,0 +1,274 @@
+import Crypto
+import Foundation
+import RallyCrypto
+import RallyRelay
+import RallyTestSupport
+import RallyWire
+import Testing
+
+@testable import RallyCore
+
+actor SeqLog {
+    var values: [UInt64] = []
+    func add(_ seq: UInt64) { values.append(seq) }
+}
+
+/// What the relay holds, and what a stranger, a removed member, a demoted
+/// admin and a forger can do with it (docs/threat-model.md, ADR 0008).
+@Suite("The relay is untrusted", .timeLimit(.minutes(2)))
+struct UntrustedRelayTests {
+    @Test("The relay's database holds no group name, description, invite tag, role or member of a group's log")
+    func controlIsConfidential() async throws {
+        let world = try await GroupWorld.start()
+        let alice = try await world.user("alice")
+        let bob = try await world.user("bob")
+        let carol = try await world.user("carol")
+        let group = try await alice.createGroup(name: "MARKER-7f3a-name", description: "MARKER-7f3a-description")
+        _ = try await alice.addMember(bob.inboxID, role: .admin, to: group.groupID)
+        _ = try await alice.addMember(carol.inboxID, to: group.groupID)
+        let invite = try await alice.createInvite(in: group.groupID)
+        _ = try await alice.changeRole(of: carol.inboxID, to: .moderator, in: group.groupID)
+        _ = try await alice.removeMember(carol.inboxID, from: group.groupID, ban: true)
+        _ = try await alice.sendGroupText("MARKER-7f3a-message", to: group.groupID)
+        try await catchUp(bob, group.groupID)
+        let topic = try await alice.group(group.groupID).topic.rawValue
+        for client in [alice, bob, carol] { await client.disconnect() }
+        await world.relay.relay.stop()
+
+        // Nowhere in the relay's files: the group's name, description,
+        // messages, or its invite tag (as text or bytes).
+        let data = world.relay.directory.path("data")
+        let files = try FileManager.default.contentsOfDirectory(atPath: data.path)
+        #expect(files.contains("relay.sqlite"))
+        var everything = Data()
+        for file in files { everything.append(try Data(contentsOf: data.appendingPathComponent(file))) }
+        let tag = invite.invite.payload.inviteTag
+        for marker in ["MARKER-7f3a", group.groupID, tag.hexString] {
+            #expect(everything.range(of: Data(marker.utf8)) == nil, "relay files contain \(marker)")
+        }
+        #expect(everything.range(of: tag) == nil, "relay files contain the invite tag's bytes")
+
+        // The group's log names no member: neither inbox ids nor names
+        // nor keys appear in any of its entries. (Inbox ids do appear as
+        // inbox topics and in the key directory: that is what they are for.)
+        let store = try SQLiteRelayStore(url: data.appendingPathComponent("relay.sqlite"))
+        let log = try await store.fetch(topic: topic, after: 0, limit: 1000, nowMilliseconds: 0).envelopes
+        #expect(log.count >= 6)
+        for member in [alice, bob, carol] {
+            let needles = [
+                Data(member.inboxID.rawValue.utf8), Data(member.identity.displayName.utf8),
+                member.identity.signingKey.publicKey.rawRepresentation,
+            ]
+            for envelope in log {
+                for needle in needles {
+                    #expect(envelope.payload.range(of: needle) == nil, "group entry #\(envelope.seq) names a member")
+                }
+            }
+        }
+        try await store.close()
+        world.relay.directory.remove()
+        world.homes.remove()
+    }
+
+    @Test("A stranger and a removed member can neither read nor write a group's topic; members keep working")
+    func topicNeedsCapability() async throws {
+        let world = try await GroupWorld.start()
+        let alice = try await world.user("alice")
+        let bob = try await world.user("bob")
+        let carol = try await world.user("carol")
+        let stranger = try await world.user("mallory")
+        let groupID = try await alice.createGroup(name: "Keys").groupID
+        _ = try await alice.addMember(bob.inboxID, to: groupID)
+        _ = try await alice.addMember(carol.inboxID, to: groupID)
+        try await catchUp(carol, groupID)
+        let carolRecord = try await carol.group(groupID)
+        let topic = carolRecord.topic
+        let carolAccess = try #require(carolRecord.topicAccess)
+
+        // A stranger who learned the topic id: no key, or a key of its own.
+        let raw = try await RelayConnection.connect(
+            to: world.relay.url, identity: stranger.identity, logger: TestLogger.quiet)
+        let made = try TopicAccess(secret: TopicAccess.newSecret())
+        for access in [nil, made] {
+            #expect(await refusal { try await read(raw, topic, access) } == .forbidden)
+            #expect(
+                await refusal {
+                    _ = try await raw.publish(
+                        topic: topic, payload: Data("junk".utf8), idempotencyKey: MessageSealing.newMessageID(),
+                        access: access)
+                } == .forbidden)
+        }
+
+        // Carol is removed: her key reads up to and including her removal,
+        // then the relay says it was revoked; her publish is refused.
+        _ = try await alice.removeMember(carol.inboxID, from: groupID)
+        _ = try await alice.sendGroupText("after carol", to: groupID)
+        let seen = SeqLog()
+        #expect(await refusal { try await read(raw, topic, carolAccess, into: seen) } == .accessRevoked)
+        let removalSeq = try await alice.group(groupID).lastControlSeq
+        #expect(await seen.values.last == removalSeq)
+        #expect(
+            await refusal {
+                _ = try await raw.publish(
+                    topic: topic, payload: Data("let me back in".utf8),
+                    idempotencyKey: MessageSealing.newMessageID(), access: carolAccess)
+            } == .accessRevoked)
+        await raw.close()
+        // Carol's own client learns of her removal and stops there.
+        _ = try await carol.syncGroup(groupID)
+        #expect(try await carol.group(groupID).status == .removed)
+        // Members carry on, on the new key.
+        #expect(try await bob.syncGroup(groupID).messages.map(\.displayText) == ["after carol"])
+        _ = try await bob.sendGroupText("still here", to: groupID)
+        #expect(try await alice.syncGroup(groupID).messages.map(\.displayText) == ["still here"])
+        await world.stop([alice, bob, carol, stranger])
+    }
+
+    /// Reads a topic until the relay ends the subscription.
+    func read(
+        _ connection: RelayConnection, _ topic: TopicName, _ access: TopicAccess?, into log: SeqLog? = nil
+    ) async throws {
+        for try await event in await connection.subscribe(topic: topic, after: 0, access: access) {
+            if case .envelope(let envelope) = event { await log?.add(envelope.seq) }
+        }
+    }
+
+    /// The code the relay refused `body` with; nil when it was not refused.
+    func refusal(_ body: () async throws -> Void) async -> WireErrorCode? {
+        do {
+            try await body()
+            return nil
+        } catch let error as RelayClientError {
+            if case .refused(let code, _) = error { return code }
+            return nil
+        } catch {
+            return nil
+        }
+    }
+
+    /// A welcome of Mallory's making for the real group: its own snapshot
+    /// (Mallory as owner), keys and access secret.
+    func forgedWelcome(for target: RallyClient, by mallory: RallyClient, real: GroupRecord) async throws
+        -> WireGroupWelcome
+    {
+        var state = GroupState(groupID: real.groupID)
+        var create = mallory.newCommit(on: state)
+        create.create.profile.name = "Not the real one"
+        _ = state.apply(try VerifiedGroupCommit.verify(VerifiedGroupCommit.sign(create, by: mallory.identity)))
+        var add = mallory.newCommit(on: state)
+        add.addMember.member = target.identity.publicIdentity.wireBundle
+        add.addMember.role = GroupRole.member.wire
+        _ = state.apply(try VerifiedGroupCommit.verify(VerifiedGroupCommit.sign(add, by: mallory.identity)))
+        var welcome = WireGroupWelcome()
+        welcome.groupID = real.groupID
+        welcome.topicID = real.topicID
+        welcome.snapshotSeq = 1
+        welcome.snapshot = state.snapshot
+        welcome.epochKey = EpochKeys.newKey().withUnsafeBytes { Data($0) }
+        welcome.admissionCommitKey = EpochKeys.newKey().withUnsafeBytes { Data($0) }
+        welcome.topicAccessSecret = TopicAccess.newSecret().withUnsafeBytes { Data($0) }
+        return welcome
+    }
+
+    @Test("A stranger's welcome opens nothing, and a forged welcome does not hide the genuine one")
+    func forgedWelcome() async throws {
+        let world = try await GroupWorld.start()
+        let alice = try await world.user("alice")
+        let bob = try await world.user("bob")
+        let mallory = try await world.user("mallory")
+        let real = try await alice.createGroup(name: "Real")
+        _ = try await alice.sendGroupText("before bob", to: real.groupID)
+
+        // Mallory's welcome for the real group id and topic.
+        let forged = try await forgedWelcome(for: bob, by: mallory, real: real)
+        _ = try await mallory.send(forged, codec: GroupWelcomeCodec(), to: bob.inboxID)
+        // And one for a group of her own invention, under a topic id that
+        // names no key.
+        var invented = forged
+        invented.topicID = String(repeating: "ab", count: 32)
+        invented.groupID = GroupRecord.groupID(forTopicID: invented.topicID)
+        invented.snapshot.groupID = invented.groupID
+        _ = try await mallory.send(invented, codec: GroupWelcomeCodec(), to: bob.inboxID)
+        let report = try await bob.syncInbox()
+        #expect(report.received.count == 2)
+        #expect(try await bob.groups().isEmpty)
+
+        // The genuine welcome still opens the real group.
+        _ = try await alice.addMember(bob.inboxID, to: real.groupID)
+        _ = try await bob.syncInbox()
+        let opened = try await bob.group(real.groupID)
+        #expect(opened.state == (try await alice.group(real.groupID)).state)
+        #expect(opened.state.role(of: alice.inboxID) == .owner)
+        #expect(opened.state.members[mallory.inboxID] == nil)
+        _ = try await bob.sendGroupText("hi, real group", to: real.groupID)
+        #expect(try await alice.syncGroup(real.groupID).messages.map(\.displayText) == ["hi, real group"])
+        await world.stop([alice, bob, mallory])
+    }
+
+    @Test("A demoted admin cannot read join requests made with later invites nor make a joiner take its answer")
+    func demotedAdminLosesJoinProcessing() async throws {
+        let world = try await GroupWorld.start()
+        let alice = try await world.user("alice")
+        let bob = try await world.user("bob")
+        let dave = try await world.user("dave")
+        let groupID = try await alice.createGroup(name: "Club").groupID
+        _ = try await alice.addMember(bob.inboxID, role: .admin, to: groupID)
+        let before = try await alice.createInvite(in: groupID)
+        try await catchUp(bob, groupID)
+        let oldSeed = try #require(try bob.store.inviteSeed(group: groupID))
+        let oldKeys = try InviteKeys(seed: oldSeed)
+        #expect(oldKeys.identity.inboxID.rawValue == before.invite.payload.joinInboxID)
+
+        _ = try await alice.changeRole(of: bob.inboxID, to: .member, in: groupID)
+        try await catchUp(bob, groupID)
+        let after = try await alice.createInvite(in: groupID)
+        #expect(after.invite.payload.joinInboxID != before.invite.payload.joinInboxID)
+        // The old invite no longer admits anyone.
+        #expect(try await alice.group(groupID).state.retiredInviteTags.contains(before.invite.payload.inviteTag))
+
+        let attempt = try await requestJoin(dave, after.appLink)
+        // Bob reads every join inbox he holds keys for: not the new one.
+        let bobReports = try await bob.processJoinRequests()
+        #expect(bobReports.allSatisfy { $0.joiner != dave.inboxID })
+        // He answers first anyway, as the old invite identity, with the
+        // message id the real answer would have: Dave drops it.
+        let falseError = InviteJoinError(
+            errorType: .conversationExpired, inviteTag: after.invite.payload.inviteTag.hexString, timestamp: Date(),
+            reason: "the group was exploded")
+        let oldInviteClient = await bob.inviteClient(groupID, keys: oldKeys)
+        _ = try await oldInviteClient.send(
+            falseError, codec: InviteJoinErrorCodec(), to: dave.inboxID,
+            messageID: RallyClient.joinErrorID(for: try #require(Data(hexString: attempt.requestID))), keepCopy: false)
+        #expect(try await joinState(dave, attempt).phase == .joining)
+
+        // Alice answers: Dave is in.
+        _ = try await alice.processJoinRequests()
+        #expect(try await joinState(dave, attempt).phase == .joined)
+        await world.stop([alice, bob, dave])
+    }
+
+    @Test("A removed admin's old invite identity is retired: its invites are revoked and later requests go elsewhere")
+    func removedAdminLosesJoinProcessing() async throws {
+        let world = try await GroupWorld.start()
+        let alice = try await world.user("alice")
+        let bob = try await world.user("bob")
+        let erin = try await world.user("erin")
+        let groupID = try await alice.createGroup(name: "Club").groupID
+        _ = try await alice.addMember(bob.inboxID, role: .admin, to: groupID)
+        let before = try await alice.createInvite(in: groupID)
+        _ = try await alice.removeMember(bob.inboxID, from: groupID)
+        let state = try await alice.group(groupID).state
+        #expect(state.retiredInviteIdentities.map(\.inboxID.rawValue) == [before.invite.payload.joinInboxID])
+        // Alice still reads the retired join inbox: a request made with the
+        // old invite is answered invite_revoked, not left waiting.
+        let old = try await requestJoin(erin, before.appLink)
+        _ = try await alice.processJoinRequests()
+        #expect(try await joinState(erin, old).errorType == .inviteRevoked)
+        // A request with a new invite is admitted.
+        let after = try await alice.createInvite(in: groupID)
+        let attempt = try await requestJoin(erin, after.appLink)
+        _ = try await alice.processJoinRequests()
+        #expect(try await joinState(erin, attempt).phase == .joined)
+        await world.stop([alice, bob, erin])
+    }
+}
