@@ -117,7 +117,12 @@ let package = Package(
         ),
         .target(
             name: "RallyTestSupport",
-            dependencies: ["RallyCore", "RallyRelay"],
+            dependencies: [
+                "RallyCore", "RallyRelay",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
+                .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
+            ],
             path: "Tests/RallyTestSupport",
             swiftSettings: strict
         ),

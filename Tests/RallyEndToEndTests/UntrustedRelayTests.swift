@@ -271,4 +271,102 @@ struct UntrustedRelayTests {
         #expect(try await joinState(erin, attempt).phase == .joined)
         await world.stop([alice, bob, erin])
     }
+
+    /// A group of Alice (owner), Bob and Carol where Bob reaches the relay
+    /// only through a proxy that can withhold envelopes from him.
+    struct SplitWorld {
+        let relay: TestRelay
+        let proxy: WithholdingProxy
+        let homes: TemporaryDirectory
+        let alice: RallyClient
+        let bob: RallyClient
+        let carol: RallyClient
+        let groupID: String
+
+        static func start() async throws -> SplitWorld {
+            let relayBox = URLBox()
+            let proxy = try await WithholdingProxy.start { await relayBox.url }
+            let relay = try await TestRelay.start(extraOrigins: [proxy.url])
+            await relayBox.set(relay.url)
+            let homes = TemporaryDirectory("rally-split")
+            func user(_ name: String, via url: URL) async throws -> RallyClient {
+                try await RallyClient.create(
+                    home: homes.path(name), relayURL: url, displayName: name, logger: TestLogger.quiet)
+            }
+            let alice = try await user("alice", via: relay.url)
+            let bob = try await user("bob", via: proxy.url)
+            let carol = try await user("carol", via: relay.url)
+            let groupID = try await alice.createGroup(name: "Split").groupID
+            _ = try await alice.addMember(bob.inboxID, to: groupID)
+            _ = try await alice.addMember(carol.inboxID, to: groupID)
+            try await catchUp(bob, groupID)
+            try await catchUp(carol, groupID)
+            return SplitWorld(
+                relay: relay, proxy: proxy, homes: homes, alice: alice, bob: bob, carol: carol, groupID: groupID)
+        }
+
+        func stop() async {
+            for client in [alice, bob, carol] { await client.disconnect() }
+            await proxy.stop()
+            await relay.stop()
+            homes.remove()
+        }
+    }
+
+    @Test("A relay that withholds a removal from one member: that member finds out, says so, and sends nothing more")
+    func withheldRemovalIsDetected() async throws {
+        let w = try await SplitWorld.start()
+        let topic = try await w.alice.group(w.groupID).topic.rawValue
+        let head = try await w.alice.group(w.groupID).lastControlSeq
+        // The next control entry (Alice's removal of Carol) never reaches Bob.
+        await w.proxy.withhold { $0.topic == topic && $0.control && $0.seq > head }
+        _ = try await w.alice.removeMember(w.carol.inboxID, from: w.groupID)
+        _ = try await w.alice.sendGroupText("carol is gone", to: w.groupID)
+
+        let report = try await w.bob.syncGroup(w.groupID)
+        #expect(await w.proxy.withheld.count == 1)
+        #expect(report.events.contains { if case .diverged = $0 { true } else { false } })
+        #expect(try await w.bob.group(w.groupID).divergence != nil)
+        // Bob's client refuses to send into the history he was shown.
+        do {
+            _ = try await w.bob.sendGroupText("carol, are you there?", to: w.groupID)
+            Issue.record("a diverged member sent a message")
+        } catch .group(.diverged(_, let reason)) {
+            #expect(!reason.isEmpty)
+        }
+        // Nothing from Bob reached the log after the removal.
+        #expect(try await w.alice.syncGroup(w.groupID).messages.isEmpty)
+        await w.stop()
+    }
+
+    @Test("A relay that withholds a commit but keeps serving: the next epoch's entries give it away")
+    func withheldCommitIsDetectedFromTheNextEpoch() async throws {
+        let w = try await SplitWorld.start()
+        let dave = try await RallyClient.create(
+            home: w.homes.path("dave"), relayURL: w.relay.url, displayName: "dave", logger: TestLogger.quiet)
+        let topic = try await w.alice.group(w.groupID).topic.rawValue
+        let head = try await w.alice.group(w.groupID).lastControlSeq
+        await w.proxy.withhold { $0.topic == topic && $0.control && $0.seq > head }
+        // Adding Dave keeps the topic key: Bob keeps reading, but misses the add.
+        _ = try await w.alice.addMember(dave.inboxID, to: w.groupID)
+        _ = try await w.alice.sendGroupText("welcome dave", to: w.groupID)
+
+        let report = try await w.bob.syncGroup(w.groupID)
+        let diverged = report.events.compactMap { event -> String? in
+            if case .diverged(_, let reason) = event { reason } else { nil }
+        }
+        #expect(diverged.count == 1, "\(report.events)")
+        #expect(diverged.first?.contains("never received the commit") == true)
+        #expect(report.messages.isEmpty)
+        await #expect(throws: RallyClientError.self) { _ = try await w.bob.sendGroupText("hello?", to: w.groupID) }
+        // Carol, shown the real log, is fine.
+        #expect(try await w.carol.syncGroup(w.groupID).messages.map(\.displayText) == ["welcome dave"])
+        await dave.disconnect()
+        await w.stop()
+    }
+}
+
+actor URLBox {
+    var url = URL(string: "http://127.0.0.1:1")!
+    func set(_ url: URL) { self.url = url }
 }

@@ -310,7 +310,9 @@ extension RallyClient {
     /// Signs and seals a commit under the commit key of the epoch it builds
     /// on, and publishes it as a control entry. A commit that replaces the
     /// epoch key also moves the topic to the access key derived from it.
-    private func publish(_ commit: WireGroupCommit, to record: GroupRecord) async throws(RallyClientError)
+    private func publish(
+        _ commit: WireGroupCommit, to record: GroupRecord
+    ) async throws(RallyClientError)
         -> WirePublishAck
     {
         let (entry, rotateTo) = try sealedEntry(commit, record: record)
@@ -710,20 +712,43 @@ extension RallyClient {
         let store = self.store
         // The access key is read again on every (re)subscription: a commit
         // that rotated it ends the old key's subscription at that commit.
-        try await followTopic(
-            topic, untilCaughtUp: untilCaughtUp,
-            access: { () throws(RallyClientError) -> TopicAccess? in
-                let record: GroupRecord?
-                do throws(LocalStoreError) {
-                    record = try store.group(groupID)
-                } catch {
-                    throw .store(error)
+        do {
+            try await followTopic(
+                topic, untilCaughtUp: untilCaughtUp,
+                access: { () throws(RallyClientError) -> TopicAccess? in
+                    let record: GroupRecord?
+                    do throws(LocalStoreError) {
+                        record = try store.group(groupID)
+                    } catch {
+                        throw .store(error)
+                    }
+                    return record?.topicAccess
                 }
-                return record?.topicAccess
+            ) { envelope throws(RallyClientError) in
+                let event = try await self.ingestGroupEnvelope(envelope, groupID: groupID, processor: processor)
+                await handler(event)
             }
-        ) { envelope throws(RallyClientError) in
-            let event = try await self.ingestGroupEnvelope(envelope, groupID: groupID, processor: processor)
-            await handler(event)
+        } catch .relay(.refused(code: .accessRevoked, _)) {
+            // The relay ended this member's access. Removed or gone: as
+            // expected. Still a member here: the change that ended it was
+            // never shown to this device.
+            let record = try group(groupID)
+            guard record.status == .active else { return }
+            let seq: UInt64
+            do {
+                seq = try store.cursor(for: record.topic)
+            } catch {
+                throw .store(error)
+            }
+            let reason =
+                "the relay ended this device's access after entry #\(seq), but this device was shown no change there"
+            do {
+                try store.setDivergence(reason, group: groupID)
+            } catch {
+                throw .store(error)
+            }
+            logger.error("group \(groupID): \(reason)")
+            await handler(.diverged(seq: seq, reason: reason))
         }
     }
 

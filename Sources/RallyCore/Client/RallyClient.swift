@@ -363,8 +363,11 @@ public actor RallyClient {
             } catch RelayClientError.refused(code: .accessRevoked, _) {
                 // The key this subscription used was replaced at an entry
                 // it has now read. With the new key from that entry, read
-                // on; without one, this member has read all it may.
-                guard let current = try access(), current.publicKey != key?.publicKey else { return }
+                // on; without one, the caller judges why (removed, or a
+                // change this device was never shown).
+                guard let current = try access(), current.publicKey != key?.publicKey else {
+                    throw .relay(.refused(code: .accessRevoked, message: "access to \(topic) ended"))
+                }
                 continue
             } catch let error as RelayClientError {
                 guard error.isTransient, !untilCaughtUp else { throw .relay(error) }

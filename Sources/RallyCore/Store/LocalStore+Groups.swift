@@ -98,6 +98,16 @@ extension LocalStore {
         }
     }
 
+    /// Marks a group as diverged: this device was shown a history the other
+    /// members do not share. The first reason stays.
+    public func setDivergence(_ reason: String, group: String) throws(LocalStoreError) {
+        try write { db in
+            try db.execute(
+                sql: "UPDATE group_info SET divergence = COALESCE(divergence, ?) WHERE group_id = ?",
+                arguments: [reason, group])
+        }
+    }
+
     /// What became of one of this identity's commits, as the log showed it.
     public struct OwnCommit: Sendable, Equatable {
         public let groupID: String
