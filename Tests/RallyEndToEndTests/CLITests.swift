@@ -143,7 +143,8 @@ struct CLITests {
         }
         #expect(
             result.stdout.contains(
-                "mallory    forged an invite: no answer (still joining); alice's client blocked her: true"))
+                "mallory    forged an invite: failed (the invite was not made by an admin of this group); nobody is blocked for an invite someone else signed"
+            ))
     }
 }
 
