@@ -1,13 +1,14 @@
 import ArgumentParser
 import Foundation
 import RallyCore
+import RallyCrypto
 import RallyQR
 
 /// `rally invite`: signed invite links and QR codes for a group.
 struct InviteCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "invite", abstract: "Create and revoke signed invite links and QR codes.",
-        subcommands: [Create.self, Revoke.self])
+        subcommands: [Create.self, Revoke.self, Blocked.self, Unblock.self])
 
     struct InviteJSON: Encodable {
         let groupId: String
@@ -127,6 +128,52 @@ struct InviteCommand: AsyncParsableCommand {
             await client.disconnect()
             options.output.emit(["groupId": record.groupID, "inviteTag": record.state.inviteTag.hexString]) {
                 "revoked every outstanding invite to \"\(record.state.profile.name)\"; requests with them are answered \"invite revoked\""
+            }
+        }
+    }
+
+    struct Blocked: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "List who this device blocked from a group's join requests, and why.",
+            discussion: """
+                Only a sender whose own request was malformed is blocked, and only for that group; \
+                someone who used a forged invite is answered, never blocked.
+                """)
+        @OptionGroup var options: ClientOptions
+        @Argument(help: "Group id (or a unique prefix, or the name).") var group: String
+
+        func run() async throws {
+            let client = try options.openClient()
+            let record = try await client.group(group)
+            let blocked = try await client.blockedJoinSenders(in: record.groupID)
+            options.output.emit(blocked.map { ["inboxId": $0.inbox, "reason": $0.reason] }) {
+                blocked.isEmpty
+                    ? "nobody is blocked from joining \"\(record.state.profile.name)\""
+                    : blocked.map { "\($0.inbox)  \($0.reason)" }.joined(separator: "\n")
+            }
+        }
+    }
+
+    struct Unblock: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Let an inbox's join requests to a group be answered again.")
+        @OptionGroup var options: ClientOptions
+        @Argument(help: "Group id (or a unique prefix, or the name).") var group: String
+        @Argument(help: "The blocked inbox id.") var inbox: String
+
+        func run() async throws {
+            let client = try options.openClient()
+            let target: InboxID
+            do {
+                target = try InboxID(validating: inbox)
+            } catch {
+                throw ValidationError("\"\(inbox)\" is not an inbox id: \(error)")
+            }
+            let lifted = try await client.unblockJoinSender(target, in: group)
+            options.output.emit(["inboxId": target.rawValue, "unblocked": lifted ? "true" : "false"]) {
+                lifted
+                    ? "\(target) may ask to join again"
+                    : "\(target) was not blocked from this group"
             }
         }
     }

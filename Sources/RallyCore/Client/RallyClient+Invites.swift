@@ -164,6 +164,16 @@ extension RallyClient {
         }
     }
 
+    /// Who this client blocked from a group's join requests, and why.
+    public func blockedJoinSenders(in reference: String) throws(RallyClientError) -> [(inbox: String, reason: String)] {
+        let groupID = try group(reference).groupID
+        do {
+            return try store.blockedJoinSenders(group: groupID)
+        } catch {
+            throw .store(error)
+        }
+    }
+
     /// Removes a group from this device only.
     public func forgetGroup(_ reference: String) throws(RallyClientError) {
         let groupID = try group(reference).groupID
