@@ -50,30 +50,36 @@ struct GroupBench: AsyncParsableCommand {
         var logger = Logger(label: "rally.bench")
         logger.logLevel = .error
         let identities = (0..<count).map { Identity(displayName: "member-\($0)") }
-        let groupID = Data((0..<16).map { _ in UInt8.random(in: 0...255) }).hexString
-        let topic = try TopicName.group(Data((0..<32).map { _ in UInt8.random(in: 0...255) }).hexString)
+        // The topic as a real group's: its id names its access key, every
+        // commit is sealed and published as a control entry with a proof.
+        let access = try TopicAccess(secret: TopicAccess.newSecret())
+        let topicID = access.foundedTopicID
+        let topic = try TopicName.group(topicID)
+        let groupID = GroupRecord.groupID(forTopicID: topicID)
         let owner = identities[0]
         let admin = try await RelayConnection.connect(to: relayURL, identity: owner, logger: logger)
         var state = GroupState(groupID: groupID)
-        var commits: [WireGroupCommit] = []
-        var create = Self.commit(groupID, epoch: 0, author: owner)
-        create.create.profile.name = "bench"
-        commits.append(create)
-        for (index, member) in identities.enumerated().dropFirst() {
-            var add = Self.commit(groupID, epoch: UInt64(index), author: owner)
-            add.addMember.member = member.publicIdentity.wireBundle
-            add.addMember.role = WireGroupRole.member
-            commits.append(add)
-        }
-        for commit in commits {
+        let commitKey = CommitSealing.commitKey(epochKey: EpochKeys.newKey())
+        var head: UInt64 = 0
+        for index in identities.indices {
+            var commit = Self.commit(on: state, author: owner)
+            if index == 0 {
+                commit.create.profile.name = "bench"
+            } else {
+                commit.addMember.member = identities[index].publicIdentity.wireBundle
+                commit.addMember.role = WireGroupRole.member
+            }
+            let signed = try VerifiedGroupCommit.sign(commit, by: owner)
+            guard case .applied = state.apply(try VerifiedGroupCommit.verify(signed)) else {
+                throw ValidationError("bench log invalid")
+            }
             var entry = WireGroupLogEntry()
-            entry.commit = try VerifiedGroupCommit.sign(commit, by: owner)
-            let verified = try VerifiedGroupCommit.verify(entry.commit)
-            guard case .applied = state.apply(verified) else { throw ValidationError("bench log invalid") }
-            try await Self.publishPatiently(
-                admin, topic: topic, payload: FrameCodec.encode(entry), key: commit.commitID)
+            entry.sealedCommit = try CommitSealing.seal(
+                signed, commitKey: commitKey, groupID: groupID, epoch: commit.epoch)
+            head = try await Self.publishPatiently(
+                admin, topic: topic, payload: FrameCodec.encode(entry), key: commit.commitID, access: access,
+                afterControl: head)
         }
-        let head = UInt64(commits.count)
         let key = EpochKeys.newKey()
         let epoch = state.epoch
         // Every member connects and subscribes from the head, as after a
@@ -83,7 +89,7 @@ struct GroupBench: AsyncParsableCommand {
         for identity in identities {
             let connection = try await RelayConnection.connect(to: relayURL, identity: identity, logger: logger)
             connections.append(connection)
-            streams.append(await connection.subscribe(topic: topic, after: head))
+            streams.append(await connection.subscribe(topic: topic, after: head, access: access))
         }
         // Every subscription is live before the first message is timed.
         try await withThrowingTaskGroup(of: Void.self) { group in
@@ -111,7 +117,7 @@ struct GroupBench: AsyncParsableCommand {
             let expectedSeq = head + UInt64(round) + 1
             let start = DispatchTime.now().uptimeNanoseconds
             let ack = try await admin.publish(
-                topic: topic, payload: FrameCodec.encode(entry), idempotencyKey: body.messageID)
+                topic: topic, payload: FrameCodec.encode(entry), idempotencyKey: body.messageID, access: access)
             envelopes = ack.seq - head
             let finish = try await withThrowingTaskGroup(of: UInt64.self) { group in
                 for stream in streams {
@@ -145,11 +151,11 @@ struct GroupBench: AsyncParsableCommand {
         let identities = (0..<count).map { Identity(displayName: "member-\($0)") }
         let groupID = Data((0..<16).map { _ in UInt8.random(in: 0...255) }).hexString
         var state = GroupState(groupID: groupID)
-        var create = Self.commit(groupID, epoch: 0, author: identities[0])
+        var create = Self.commit(on: state, author: identities[0])
         create.create.profile.name = "bench"
         _ = state.apply(try VerifiedGroupCommit.verify(VerifiedGroupCommit.sign(create, by: identities[0])))
         for member in identities.dropFirst() {
-            var add = Self.commit(groupID, epoch: state.epoch, author: identities[0])
+            var add = Self.commit(on: state, author: identities[0])
             add.addMember.member = member.publicIdentity.wireBundle
             add.addMember.role = WireGroupRole.member
             _ = state.apply(try VerifiedGroupCommit.verify(VerifiedGroupCommit.sign(add, by: identities[0])))
@@ -157,7 +163,7 @@ struct GroupBench: AsyncParsableCommand {
         let clock = ContinuousClock()
         var signed = WireSignedGroupCommit()
         let buildTime = try clock.measure {
-            var remove = Self.commit(groupID, epoch: state.epoch, author: identities[0])
+            var remove = Self.commit(on: state, author: identities[0])
             remove.removeMember.inboxID = identities[1].inboxID.rawValue
             let remaining = state.members.values.filter { $0.inboxID != identities[1].inboxID }.map(\.identity)
             let key = EpochKeys.newKey()
@@ -179,15 +185,23 @@ struct GroupBench: AsyncParsableCommand {
 
     /// Set-up traffic exceeds the per-connection publish rate on purpose;
     /// wait out the limit instead of failing.
-    static func publishPatiently(_ connection: RelayConnection, topic: TopicName, payload: Data, key: Data) async throws
-    {
+    /// Returns the seq the relay gave the control entry.
+    static func publishPatiently(
+        _ connection: RelayConnection, topic: TopicName, payload: Data, key: Data, access: TopicAccess,
+        afterControl: UInt64
+    ) async throws -> UInt64 {
         while true {
+            let ack: WirePublishAck
             do {
-                _ = try await connection.publish(topic: topic, payload: payload, idempotencyKey: key)
-                return
-            } catch .refused(code: .rateLimited, message: _) {
+                ack = try await connection.publish(
+                    topic: topic, payload: payload, idempotencyKey: key, access: access, control: true,
+                    expectedControlSeq: afterControl)
+            } catch {
+                guard case .refused(code: .rateLimited, _) = error else { throw error }
                 try await Task.sleep(for: .milliseconds(250))
+                continue
             }
+            return ack.seq
         }
     }
 
@@ -195,10 +209,11 @@ struct GroupBench: AsyncParsableCommand {
         Double(duration.components.seconds) * 1000 + Double(duration.components.attoseconds) / 1e15
     }
 
-    static func commit(_ groupID: String, epoch: UInt64, author: Identity) -> WireGroupCommit {
+    static func commit(on state: GroupState, author: Identity) -> WireGroupCommit {
         var commit = WireGroupCommit()
-        commit.groupID = groupID
-        commit.epoch = epoch
+        commit.groupID = state.groupID
+        commit.epoch = state.epoch
+        commit.parentTranscript = state.transcript
         commit.commitID = MessageSealing.newMessageID()
         commit.author = author.publicIdentity.wireBundle
         return commit
