@@ -73,7 +73,7 @@ struct DMCommand: AsyncParsableCommand {
         }
 
         private func printStored(_ client: RallyClient, output: Output, asLines: Bool) throws {
-            let messages = try client.store.messages()
+            let messages = try client.store.directMessages()
             if output.json && !asLines {
                 output.emit(messages.map(MessageJSON.init)) { "" }
             } else {

@@ -28,7 +28,7 @@ public final class InboxViewModel {
         do {
             let report = try await client.syncInbox()
             rejectedCount += report.rejected.count
-            messages = try client.store.messages()
+            messages = try client.store.directMessages()
             errorMessage = nil
         } catch {
             errorMessage = String(describing: error)

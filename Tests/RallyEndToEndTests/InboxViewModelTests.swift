@@ -38,4 +38,32 @@ struct InboxViewModelTests {
         await bob.disconnect()
         await relay.stop()
     }
+
+    @Test("The direct-message inbox shows direct messages only, not the group messages stored beside them")
+    func inboxShowsOnlyDirectMessages() async throws {
+        let relay = try await TestRelay.start()
+        let homes = TemporaryDirectory("rally-vm")
+        defer { homes.remove() }
+        let alice = try await RallyClient.create(
+            home: homes.path("alice"), relayURL: relay.url, displayName: "Alice", logger: TestLogger.quiet)
+        let bob = try await RallyClient.create(
+            home: homes.path("bob"), relayURL: relay.url, displayName: "Bob", logger: TestLogger.quiet)
+        let group = try await alice.createGroup(name: "Picnic")
+        _ = try await alice.addMember(bob.inboxID, to: group.groupID)
+        _ = try await alice.sendGroupText("to the group", to: group.groupID)
+        _ = try await alice.sendText("just to bob", to: bob.inboxID)
+        _ = try await bob.syncInbox()
+        _ = try await bob.syncGroup(group.groupID)
+        #expect(try bob.store.messages(conversation: group.groupID).map(\.displayText) == ["to the group"])
+
+        let model = InboxViewModel(client: bob)
+        await model.refresh()
+        // The welcome is a direct message too; the group's message is not.
+        #expect(!model.messages.map(\.displayText).contains("to the group"))
+        #expect(model.messages.map(\.displayText).contains("just to bob"))
+        #expect(model.messages.allSatisfy { $0.topic.hasPrefix("inbox/") })
+        await alice.disconnect()
+        await bob.disconnect()
+        await relay.stop()
+    }
 }
