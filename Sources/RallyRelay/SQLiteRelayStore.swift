@@ -9,8 +9,7 @@ public final class SQLiteRelayStore: RelayStore {
     private let pool: DatabasePool
 
     public init(url: URL) throws {
-        try FileManager.default.createDirectory(
-            at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
+        try Self.prepareOwnerOnly(url)
         var configuration = Configuration()
         configuration.label = "rally.relay.store"
         configuration.prepareDatabase { db in
@@ -20,6 +19,26 @@ public final class SQLiteRelayStore: RelayStore {
         }
         pool = try DatabasePool(path: url.path, configuration: configuration)
         try Self.migrator.migrate(pool)
+    }
+
+    /// The data directory is created owner-only (0700) and the database
+    /// file is created 0600 before SQLite opens it, so its -wal and -shm
+    /// files (which SQLite gives the database file's mode) are too, under
+    /// any umask. Files of an earlier run are made owner-only; an existing
+    /// directory keeps its mode (it may be one the operator shares).
+    private static func prepareOwnerOnly(_ url: URL) throws {
+        try FileManager.default.createDirectory(
+            at: url.deletingLastPathComponent(), withIntermediateDirectories: true,
+            attributes: [.posixPermissions: 0o700])
+        let fd = open(url.path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw CocoaError(.fileWriteNoPermission, userInfo: [NSFilePathErrorKey: url.path]) }
+        close(fd)
+        for suffix in ["", "-wal", "-shm", "-journal"] {
+            let path = url.path + suffix
+            if FileManager.default.fileExists(atPath: path) {
+                try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: path)
+            }
+        }
     }
 
     private static var migrator: DatabaseMigrator {

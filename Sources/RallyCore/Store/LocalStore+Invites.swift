@@ -112,37 +112,43 @@ extension LocalStore {
 
     // MARK: Invite seeds (admins)
 
-    static func saveInviteSeed(_ seed: SymmetricKey, group: String, db: Database) throws {
-        try db.execute(
-            sql: "INSERT OR REPLACE INTO invite_seed (group_id, seed) VALUES (?, ?)",
-            arguments: [group, seed.withUnsafeBytes { Data($0) }])
+    func saveInviteSeed(_ seed: SymmetricKey, group: String) throws(LocalStoreError) {
+        try setSecret(seed.withUnsafeBytes { Data($0) }, .inviteSeed(group: group))
+    }
+
+    /// Notes that the secret store holds this group's invite seed (the seed
+    /// itself is not in the database).
+    static func recordInviteSeed(group: String, db: Database) throws {
+        try db.execute(sql: "INSERT OR IGNORE INTO invite_seed (group_id, seed) VALUES (?, x'')", arguments: [group])
     }
 
     public func inviteSeed(group: String) throws(LocalStoreError) -> SymmetricKey? {
-        try read { db in
-            try Data.fetchOne(db, sql: "SELECT seed FROM invite_seed WHERE group_id = ?", arguments: [group])
-                .map { SymmetricKey(data: $0) }
-        }
+        try secret(.inviteSeed(group: group)).map { SymmetricKey(data: $0) }
     }
 
     /// Every group whose invite seed this client holds.
     public func inviteSeeds() throws(LocalStoreError) -> [(groupID: String, seed: SymmetricKey)] {
-        try read { db in
-            try Row.fetchAll(db, sql: "SELECT group_id, seed FROM invite_seed ORDER BY group_id").map { row in
-                (groupID: row["group_id"] as String, seed: SymmetricKey(data: row["seed"] as Data))
-            }
+        let groups = try read { db in try String.fetchAll(db, sql: "SELECT group_id FROM invite_seed ORDER BY group_id") }
+        var seeds: [(groupID: String, seed: SymmetricKey)] = []
+        for group in groups {
+            if let seed = try inviteSeed(group: group) { seeds.append((groupID: group, seed: seed)) }
         }
+        return seeds
     }
 
     /// Removes a group from this device (its state, keys and messages). The
     /// invite seed stays, so requests still arriving for it are answered
     /// `conversation_not_found` instead of never.
     public func forgetGroup(_ groupID: String) throws(LocalStoreError) {
-        try write { db in
+        let epochs = try write { db in
+            let epochs = try Int64.fetchAll(db, sql: "SELECT epoch FROM epoch_key WHERE group_id = ?", arguments: [groupID])
             try db.execute(sql: "DELETE FROM group_info WHERE group_id = ?", arguments: [groupID])
             try db.execute(sql: "DELETE FROM epoch_key WHERE group_id = ?", arguments: [groupID])
             try db.execute(sql: "DELETE FROM message WHERE conversation = ?", arguments: [groupID])
+            return epochs
         }
+        // Keys after the records: a crash in between leaves unused keys.
+        for epoch in epochs { try removeSecret(.epochKey(group: groupID, epoch: UInt64(max(0, epoch)))) }
     }
 
     // MARK: Join attempts (joiner)
