@@ -148,7 +148,7 @@ struct MessageJSON: Encodable {
         let time = ISO8601DateFormatter.rally.string(from: message.sentAt)
         let who =
             message.outgoing
-            ? "me → \(message.conversation.prefix(8).terminalSafe)…"
+            ? "me → \(String(message.conversation.prefix(8)).terminalSafe)…"
             : "\(message.senderName.terminalSafe) (\(message.sender.rawValue.prefix(8))…)"
         let marker = message.isKnownType ? "" : " [\(message.contentType.terminalSafe)]"
         return "[\(time)] \(who): \(message.displayText.terminalSafe)\(marker)"

@@ -1,6 +1,6 @@
 import Crypto
 import Foundation
-import RallyCore
+@testable import RallyCore
 import RallyCrypto
 import RallyWire
 import Testing

@@ -60,6 +60,10 @@ struct GroupLogProcessor {
         switch entry.entry {
         case .commit(let signed)?:
             return processCommit(signed, seq: envelope.seq, record: record, key: key)
+        case .sealedCommit?:
+            // Placeholder so this branch builds on the issue 8 wire; main
+            // implements sealed commits (take main's version on merge).
+            return Result(record: record, event: .rejected(seq: envelope.seq, reason: .malformed("sealed commit")))
         case .message(let ciphertext)?:
             return processMessage(ciphertext, envelope: envelope, record: record, key: key, receivedAt: receivedAt)
         case nil:

@@ -48,11 +48,12 @@ public final class LocalStore: Sendable {
             var configuration = Configuration()
             configuration.journalMode = .wal
             configuration.busyMode = .timeout(Self.busyTimeout)
-            queue = try Self.retryingBusy { try DatabaseQueue(path: path, configuration: configuration) }
-            try Self.retryingBusy { try Self.migrator.migrate(queue) }
+            let opened = try Self.retryingBusy { try DatabaseQueue(path: path, configuration: configuration) }
+            try Self.retryingBusy { try Self.migrator.migrate(opened) }
+            queue = opened
             // Files left by older versions or written laxly: owner-only.
             try OwnerOnly.tightenFiles(in: home)
-        } catch .unavailable(let path, let reason) where path != home.path {
+        } catch LocalStoreError.unavailable(let path, let reason) where path != home.path {
             throw .unavailable(path: home.path, reason: "\(path): \(reason)")
         } catch let error as LocalStoreError {
             throw error
