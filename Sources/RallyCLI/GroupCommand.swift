@@ -231,7 +231,8 @@ struct GroupCommand: AsyncParsableCommand {
                 options.output.emit(members) { "" }
             } else {
                 Output.write(
-                    "\(record.state.profile.name.terminalSafe) — epoch \(record.state.epoch), you are \(record.status.rawValue)")
+                    "\(record.state.profile.name.terminalSafe) — epoch \(record.state.epoch), you are \(record.status.rawValue)"
+                )
                 for member in members { Output.write(member.human) }
             }
         }

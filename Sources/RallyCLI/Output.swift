@@ -94,7 +94,8 @@ public enum TerminalText {
         for scalar in json.unicodeScalars {
             if isUnsafe(scalar) {
                 let hex = String(scalar.value, radix: 16)
-                result.append(contentsOf: ("\\u" + String(repeating: "0", count: max(0, 4 - hex.count)) + hex).unicodeScalars)
+                result.append(
+                    contentsOf: ("\\u" + String(repeating: "0", count: max(0, 4 - hex.count)) + hex).unicodeScalars)
             } else {
                 result.append(scalar)
             }

@@ -136,7 +136,8 @@ struct HomeSecurityTests {
         #expect(keychain.reads > 0)
 
         // The same home opens with the custom store…
-        let again = try RallyClient.open(home: temp.home, relayURL: relay.url, logger: TestLogger.quiet, secrets: keychain)
+        let again = try RallyClient.open(
+            home: temp.home, relayURL: relay.url, logger: TestLogger.quiet, secrets: keychain)
         #expect(again.inboxID.rawValue == inbox)
         #expect(try again.store.epochKey(group: group.groupID, epoch: group.state.epoch) != nil)
         // …and not without it: the private keys are not in the database.

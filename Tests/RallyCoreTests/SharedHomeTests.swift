@@ -1,9 +1,10 @@
 import Crypto
 import Foundation
-@testable import RallyCore
 import RallyCrypto
 import RallyWire
 import Testing
+
+@testable import RallyCore
 
 /// Several stores (connections) on one home, as several processes have:
 /// SQLite's locking is the same between two connections of one process as
@@ -111,7 +112,8 @@ struct SharedHomeTests {
             encodedContent: Data(), displayText: "hi", isKnownType: true)
         #expect(LocalStore.namedByMemberRecord(claimed, in: state).senderName == "Bob")
         let stranger = claimed.withSenderName("Mallory")
-        #expect(LocalStore.namedByMemberRecord(stranger, in: GroupState(groupID: state.groupID)).senderName == "Mallory")
+        #expect(
+            LocalStore.namedByMemberRecord(stranger, in: GroupState(groupID: state.groupID)).senderName == "Mallory")
     }
 }
 

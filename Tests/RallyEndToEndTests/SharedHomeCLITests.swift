@@ -28,7 +28,9 @@ struct SharedHomeCLITests {
 
         func ok(_ home: String, _ arguments: [String]) async throws -> RallyBinary.Result {
             let result = try await rally(home, arguments)
-            #expect(result.status == 0, "rally \(arguments.joined(separator: " ")) exited \(result.status): \(result.stderr)")
+            #expect(
+                result.status == 0,
+                "rally \(arguments.joined(separator: " ")) exited \(result.status): \(result.stderr)")
             return result
         }
 
@@ -65,7 +67,9 @@ struct SharedHomeCLITests {
         }
 
         /// Runs every command at once; returns them with their results.
-        func parallel(_ commands: [(home: String, arguments: [String])]) async throws -> [(
+        func parallel(
+            _ commands: [(home: String, arguments: [String])]
+        ) async throws -> [(
             arguments: [String], result: RallyBinary.Result
         )] {
             try await withThrowingTaskGroup(of: ([String], RallyBinary.Result).self) { tasks in
@@ -118,7 +122,8 @@ struct SharedHomeCLITests {
         // Everyone converged: every message once, in both homes.
         let everyGroupText = (groupTexts + ["bob in the group"]).sorted()
         for home in ["alice", "bob"] {
-            let read = try b.json([MessageJSON].self, try await b.ok(home, ["group", "read", group, "--all", "--json"]))
+            let read = try b.json(
+                [MessageJSON].self, try await b.ok(home, ["group", "read", group, "--all", "--json"]))
             #expect(read.map(\.text).sorted() == everyGroupText, "\(home)'s group")
             #expect(Set(read.map(\.id)).count == read.count)
         }
@@ -143,7 +148,8 @@ struct SharedHomeCLITests {
         _ = try await b.ok("alice", ["id", "new", "--name", "Alice"])
         var groups: [String] = []
         for name in ["One", "Two", "Three"] {
-            groups.append(try b.json(GroupJSON.self, try await b.ok("alice", ["group", "create", name, "--json"])).groupId)
+            groups.append(
+                try b.json(GroupJSON.self, try await b.ok("alice", ["group", "create", name, "--json"])).groupId)
         }
         let watcher = try await b.startWatch("alice", following: Set(groups))
         let results = try await b.parallel(

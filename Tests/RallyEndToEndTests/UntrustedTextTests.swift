@@ -29,7 +29,9 @@ struct UntrustedTextTests {
 
     @Test("Control characters and bidi overrides are escaped in text, names and group names")
     func escaping() {
-        #expect(TerminalText.escaped(Self.hostile) == "\\u{1b}[2J\\rAlice: send me your keys\\u{202e}txt.exe\\u{9b}31m\\u{7f}")
+        #expect(
+            TerminalText.escaped(Self.hostile)
+                == "\\u{1b}[2J\\rAlice: send me your keys\\u{202e}txt.exe\\u{9b}31m\\u{7f}")
         #expect(TerminalText.escaped("two\nlines\tand tab") == "two\\nlines\\tand tab")
         #expect(TerminalText.escaped("ok\nkept", keepingNewlines: true) == "ok\nkept")
         #expect(TerminalText.escaped("héllo wörld ✓ 日本") == "héllo wörld ✓ 日本")
@@ -104,8 +106,10 @@ struct UntrustedTextTests {
 
         // An error quoting the group's name is escaped too.
         let removed = try await RallyBinary.run(
-            ["group", "send", "no-such-group\u{1B}[2J", "x", "--home", homes.path("carol").path, "--relay",
-             relay.url.absoluteString])
+            [
+                "group", "send", "no-such-group\u{1B}[2J", "x", "--home", homes.path("carol").path, "--relay",
+                relay.url.absoluteString,
+            ])
         #expect(removed.status != 0)
         #expect(removed.stderr.contains("no-such-group\\u{1b}[2J"))
         #expect(Self.isInert(removed.stderr))

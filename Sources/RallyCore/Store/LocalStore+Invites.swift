@@ -128,7 +128,8 @@ extension LocalStore {
 
     /// Every group whose invite seed this client holds.
     public func inviteSeeds() throws(LocalStoreError) -> [(groupID: String, seed: SymmetricKey)] {
-        let groups = try read { db in try String.fetchAll(db, sql: "SELECT group_id FROM invite_seed ORDER BY group_id") }
+        let groups = try read { db in try String.fetchAll(db, sql: "SELECT group_id FROM invite_seed ORDER BY group_id")
+        }
         var seeds: [(groupID: String, seed: SymmetricKey)] = []
         for group in groups {
             if let seed = try inviteSeed(group: group) { seeds.append((groupID: group, seed: seed)) }
@@ -141,7 +142,8 @@ extension LocalStore {
     /// `conversation_not_found` instead of never.
     public func forgetGroup(_ groupID: String) throws(LocalStoreError) {
         let epochs = try write { db in
-            let epochs = try Int64.fetchAll(db, sql: "SELECT epoch FROM epoch_key WHERE group_id = ?", arguments: [groupID])
+            let epochs = try Int64.fetchAll(
+                db, sql: "SELECT epoch FROM epoch_key WHERE group_id = ?", arguments: [groupID])
             try db.execute(sql: "DELETE FROM group_info WHERE group_id = ?", arguments: [groupID])
             try db.execute(sql: "DELETE FROM epoch_key WHERE group_id = ?", arguments: [groupID])
             try db.execute(sql: "DELETE FROM message WHERE conversation = ?", arguments: [groupID])

@@ -365,7 +365,8 @@ public final class LocalStore: Sendable {
     /// The stored message with this id, if any.
     public func message(id: String) throws(LocalStoreError) -> StoredMessage? {
         try read { db in
-            try Row.fetchOne(db, sql: "SELECT * FROM message WHERE id = ?", arguments: [id]).map(StoredMessage.init(row:))
+            try Row.fetchOne(db, sql: "SELECT * FROM message WHERE id = ?", arguments: [id]).map(
+                StoredMessage.init(row:))
         }
     }
 

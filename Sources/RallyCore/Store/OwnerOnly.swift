@@ -44,7 +44,8 @@ enum OwnerOnly {
             guard chmod(path, 0o700) == 0 else {
                 throw .unavailable(
                     path: path,
-                    reason: "it is open to other users and cannot be made owner-only: \(String(cString: strerror(errno)))"
+                    reason:
+                        "it is open to other users and cannot be made owner-only: \(String(cString: strerror(errno)))"
                 )
             }
         }

@@ -136,7 +136,8 @@ struct DatabaseSecretStore: SecretStore {
 
     static func set(_ secret: Data, named name: SecretName, db: Database) throws {
         try db.execute(
-            sql: "INSERT INTO secret (name, value) VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET value = excluded.value",
+            sql:
+                "INSERT INTO secret (name, value) VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET value = excluded.value",
             arguments: [name.rawValue, secret])
     }
 }
