@@ -1,0 +1,37 @@
+import Foundation
+import RallyWire
+import Testing
+
+@testable import RallyRelay
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
+@Suite("Relay data directory modes")
+struct StoreFileModeTests {
+    static func mode(_ path: String) throws -> Int {
+        try #require(try FileManager.default.attributesOfItem(atPath: path)[.posixPermissions] as? Int)
+    }
+
+    @Test("Under umask 022 a new data directory is 0700 and the database, -wal and -shm are 0600")
+    func ownerOnlyUnderUmask022() async throws {
+        let parent = try TemporaryDirectory()
+        defer { parent.remove() }
+        let previous = umask(0o022)
+        defer { umask(previous) }
+        let data = parent.url.appendingPathComponent("data")
+        let store = try SQLiteRelayStore(url: data.appendingPathComponent("relay.sqlite"))
+        let request = PublishRequest(topic: "group/a", payload: Data("x".utf8), idempotencyKey: Data("k".utf8))
+        _ = try await store.append([request], serverTimeMilliseconds: 1)
+        let files = try FileManager.default.contentsOfDirectory(atPath: data.path)
+        #expect(files.contains("relay.sqlite-wal"))
+        for file in files {
+            #expect(try Self.mode(data.appendingPathComponent(file).path) == 0o600, "\(file)")
+        }
+        #expect(try Self.mode(data.path) == 0o700)
+        try await store.close()
+    }
+}
