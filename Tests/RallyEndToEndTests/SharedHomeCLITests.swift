@@ -3,7 +3,7 @@ import RallyTestSupport
 import Testing
 
 /// Several `rally` processes on one home while `rally watch` runs on it.
-@Suite("Several rally processes on one home", .timeLimit(.minutes(3)))
+@Suite("Several rally processes on one home", .timeLimit(.minutes(5)))
 struct SharedHomeCLITests {
     struct IdentityJSON: Decodable { let inboxId: String }
     struct GroupJSON: Decodable { let groupId: String }
