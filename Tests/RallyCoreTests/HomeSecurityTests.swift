@@ -1,10 +1,12 @@
 import Crypto
 import Foundation
-import RallyCore
+import GRDB
 import RallyCrypto
 import RallyTestSupport
 import RallyWire
 import Testing
+
+@testable import RallyCore
 
 #if canImport(Glibc)
     import Glibc
@@ -185,5 +187,50 @@ final class MemorySecretStore: SecretStore, @unchecked Sendable {
 
     func removeSecret(named name: SecretName) throws {
         _ = lock.withLock { secrets.removeValue(forKey: name) }
+    }
+}
+
+@Suite("Keys at rest: homes of earlier versions")
+struct LegacyHomeTests {
+    @Test("A home that kept keys in its tables has them moved to the secret store and wiped from the tables")
+    func legacySecretsMove() throws {
+        let temp = TemporaryHome()
+        defer { temp.remove() }
+        try FileManager.default.createDirectory(at: temp.home, withIntermediateDirectories: true)
+        let path = temp.home.appendingPathComponent(LocalStore.fileName).path
+        let identity = Identity(displayName: "Ada", createdAt: Fixtures.created)
+        let epochKey = Data(repeating: 7, count: 32)
+        let seed = Data(repeating: 9, count: 32)
+        do {
+            let legacy = try DatabaseQueue(path: path)
+            try LocalStore.migrator.migrate(legacy, upTo: "v3-invites")
+            try legacy.write { db in
+                try db.execute(
+                    sql: """
+                        INSERT INTO identity (id, display_name, signing_key, agreement_key, created_at_ms)
+                        VALUES (1, 'Ada', ?, ?, 1700000000123)
+                        """,
+                    arguments: [identity.signingKey.rawRepresentation, identity.agreementKey.rawRepresentation])
+                try db.execute(
+                    sql: "INSERT INTO epoch_key (group_id, epoch, key) VALUES ('g1', 3, ?)", arguments: [epochKey])
+                try db.execute(sql: "INSERT INTO invite_seed (group_id, seed) VALUES ('g1', ?)", arguments: [seed])
+            }
+        }
+        let store = try temp.openStore()
+        let loaded = try #require(try store.loadIdentity())
+        #expect(loaded.inboxID == identity.inboxID)
+        #expect(loaded.signingKey.rawRepresentation == identity.signingKey.rawRepresentation)
+        #expect(try store.epochKey(group: "g1", epoch: 3).map { $0.withUnsafeBytes { Data($0) } } == epochKey)
+        #expect(try store.inviteSeeds().map(\.groupID) == ["g1"])
+        #expect(try store.inviteSeed(group: "g1").map { $0.withUnsafeBytes { Data($0) } } == seed)
+        let leftovers = try DatabaseQueue(path: path).read { db in
+            [
+                try Data.fetchOne(db, sql: "SELECT signing_key FROM identity"),
+                try Data.fetchOne(db, sql: "SELECT agreement_key FROM identity"),
+                try Data.fetchOne(db, sql: "SELECT key FROM epoch_key"),
+                try Data.fetchOne(db, sql: "SELECT seed FROM invite_seed"),
+            ]
+        }
+        #expect(leftovers == [Data(), Data(), Data(), Data()])
     }
 }
