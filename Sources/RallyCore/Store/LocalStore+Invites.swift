@@ -128,7 +128,8 @@ extension LocalStore {
 
     /// Every group whose invite seed this client holds.
     public func inviteSeeds() throws(LocalStoreError) -> [(groupID: String, seed: SymmetricKey)] {
-        let groups = try read { db in try String.fetchAll(db, sql: "SELECT group_id FROM invite_seed ORDER BY group_id")
+        let groups = try read { db in
+            try String.fetchAll(db, sql: "SELECT group_id FROM invite_seed ORDER BY group_id")
         }
         var seeds: [(groupID: String, seed: SymmetricKey)] = []
         for group in groups {

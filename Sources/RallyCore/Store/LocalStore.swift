@@ -52,7 +52,7 @@ public final class LocalStore: Sendable {
             try Self.retryingBusy { try Self.migrator.migrate(opened) }
             queue = opened
             // Files left by older versions or written laxly: owner-only.
-            try OwnerOnly.tightenFiles(in: home)
+            try OwnerOnly.tightenFiles(in: home, database: Self.fileName)
         } catch LocalStoreError.unavailable(let path, let reason) where path != home.path {
             throw .unavailable(path: home.path, reason: "\(path): \(reason)")
         } catch let error as LocalStoreError {

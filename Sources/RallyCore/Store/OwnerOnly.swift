@@ -64,15 +64,12 @@ enum OwnerOnly {
         }
     }
 
-    /// Makes every regular file directly in `directory` owner-only.
-    static func tightenFiles(in directory: URL) throws(LocalStoreError) {
-        let names: [String]
-        do {
-            names = try FileManager.default.contentsOfDirectory(atPath: directory.path)
-        } catch {
-            throw .unavailable(path: directory.path, reason: "\(error)")
-        }
-        for name in names {
+    /// Makes the store's files in `directory` (`rally.sqlite` and SQLite's
+    /// `-wal`, `-shm` and `-journal` files beside it) owner-only. Other
+    /// files are left alone: a home may be a directory the user also keeps
+    /// other things in.
+    static func tightenFiles(in directory: URL, database: String) throws(LocalStoreError) {
+        for name in ["", "-wal", "-shm", "-journal"].map({ database + $0 }) {
             let path = directory.appendingPathComponent(name).path
             var info = stat()
             guard lstat(path, &info) == 0, info.st_mode & S_IFMT == S_IFREG, info.st_mode & 0o077 != 0 else {
