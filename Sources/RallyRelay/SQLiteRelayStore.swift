@@ -24,12 +24,13 @@ public final class SQLiteRelayStore: RelayStore {
     /// The data directory is created owner-only (0700) and the database
     /// file is created 0600 before SQLite opens it, so its -wal and -shm
     /// files (which SQLite gives the database file's mode) are too, under
-    /// any umask. Files of an earlier run are made owner-only; an existing
-    /// directory keeps its mode (it may be one the operator shares).
+    /// any umask. Files of an earlier run are made owner-only, and so is an
+    /// existing directory that holds nothing but them; a directory with
+    /// other files keeps its mode (the operator may share it on purpose).
     private static func prepareOwnerOnly(_ url: URL) throws {
+        let directory = url.deletingLastPathComponent()
         try FileManager.default.createDirectory(
-            at: url.deletingLastPathComponent(), withIntermediateDirectories: true,
-            attributes: [.posixPermissions: 0o700])
+            at: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         if !FileManager.default.fileExists(atPath: url.path) {
             _ = FileManager.default.createFile(atPath: url.path, contents: nil, attributes: [.posixPermissions: 0o600])
         }
@@ -38,6 +39,10 @@ public final class SQLiteRelayStore: RelayStore {
             if FileManager.default.fileExists(atPath: path) {
                 try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: path)
             }
+        }
+        let contents = try FileManager.default.contentsOfDirectory(atPath: directory.path)
+        if contents.allSatisfy({ $0.hasPrefix(url.lastPathComponent) }) {
+            try FileManager.default.setAttributes([.posixPermissions: 0o700], ofItemAtPath: directory.path)
         }
     }
 

@@ -34,4 +34,26 @@ struct StoreFileModeTests {
         #expect(try Self.mode(data.path) == 0o700)
         try await store.close()
     }
+
+    @Test("An existing data directory of the relay's files alone is tightened; a shared one keeps its mode")
+    func existingDirectories() async throws {
+        let parent = try TemporaryDirectory()
+        defer { parent.remove() }
+        let own = parent.url.appendingPathComponent("own")
+        let shared = parent.url.appendingPathComponent("shared")
+        for directory in [own, shared] {
+            try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+            try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: directory.path)
+            try Data().write(to: directory.appendingPathComponent("relay.sqlite"))
+            try FileManager.default.setAttributes(
+                [.posixPermissions: 0o644], ofItemAtPath: directory.appendingPathComponent("relay.sqlite").path)
+        }
+        try Data("notes".utf8).write(to: shared.appendingPathComponent("README"))
+        for directory in [own, shared] {
+            try await SQLiteRelayStore(url: directory.appendingPathComponent("relay.sqlite")).close()
+            #expect(try Self.mode(directory.appendingPathComponent("relay.sqlite").path) == 0o600)
+        }
+        #expect(try Self.mode(own.path) == 0o700)
+        #expect(try Self.mode(shared.path) == 0o755)
+    }
 }
