@@ -151,7 +151,11 @@ let package = Package(
         ),
         .testTarget(
             name: "RallyCoreTests",
-            dependencies: ["RallyCore", "RallyTestSupport"],
+            dependencies: [
+                "RallyCore", "RallyTestSupport",
+                // Builds homes as earlier versions left them.
+                .product(name: "GRDB", package: "GRDB.swift"),
+            ],
             swiftSettings: strict
         ),
         .testTarget(

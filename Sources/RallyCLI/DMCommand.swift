@@ -51,7 +51,7 @@ struct DMCommand: AsyncParsableCommand {
                     case .message(let message):
                         output.emit(MessageJSON(message)) { MessageJSON.human(message) }
                     case .rejected(let rejection):
-                        Output.warn("warning: \(rejection)")
+                        Output.warn("warning: \("\(rejection)".terminalSafe)")
                     case .caughtUp:
                         break
                     }
@@ -60,7 +60,7 @@ struct DMCommand: AsyncParsableCommand {
             }
             let report = try await client.syncInbox()
             await client.disconnect()
-            for rejection in report.rejected { Output.warn("warning: \(rejection)") }
+            for rejection in report.rejected { Output.warn("warning: \("\(rejection)".terminalSafe)") }
             if all {
                 try printStored(client, output: output, asLines: false)
             } else if output.json {

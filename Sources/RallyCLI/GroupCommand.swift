@@ -30,7 +30,7 @@ struct GroupCommand: AsyncParsableCommand {
         }
 
         var human: String {
-            "\(groupId)  \(name)  (\(memberCount) member\(memberCount == 1 ? "" : "s"), you: \(myRole ?? status), epoch \(epoch))"
+            "\(groupId.terminalSafe)  \(name.terminalSafe)  (\(memberCount) member\(memberCount == 1 ? "" : "s"), you: \(myRole ?? status), epoch \(epoch))"
         }
     }
 
@@ -41,8 +41,22 @@ struct GroupCommand: AsyncParsableCommand {
         let status: String
 
         var human: String {
-            "\(inboxId)  \(name.padding(toLength: 16, withPad: " ", startingAt: 0))  \(role)  \(status)"
+            "\(inboxId)  \(name.terminalSafe.padding(toLength: 16, withPad: " ", startingAt: 0))  \(role)  \(status)"
         }
+    }
+
+    /// A group message as shown: under its sender's name in the group's
+    /// signed member record, never the name the sender wrote into the
+    /// message (anyone can write "Alice" there). A sender no longer in the
+    /// group keeps the member-record name stored when the message was read.
+    static func named(_ message: StoredMessage, store: LocalStore) -> StoredMessage {
+        if let record = try? store.group(message.conversation), record.state.members[message.sender] != nil {
+            return LocalStore.namedByMemberRecord(message, in: record.state)
+        }
+        if let stored = try? store.message(id: message.id), stored.conversation == message.conversation {
+            return stored
+        }
+        return message
     }
 
     static func open(_ options: ClientOptions) throws -> RallyClient {
@@ -68,7 +82,7 @@ struct GroupCommand: AsyncParsableCommand {
             let record = try await client.createGroup(name: name, description: description)
             await client.disconnect()
             let json = GroupJSON(record, me: client.inboxID)
-            options.output.emit(json) { "created group \"\(name)\"\ngroup id: \(record.groupID)" }
+            options.output.emit(json) { "created group \"\(name.terminalSafe)\"\ngroup id: \(record.groupID)" }
         }
     }
 
@@ -89,7 +103,7 @@ struct GroupCommand: AsyncParsableCommand {
             let record = try await client.addMember(inbox, role: role, to: group)
             await client.disconnect()
             options.output.emit(GroupJSON(record, me: client.inboxID)) {
-                "added \(inbox) as \(role) to \"\(record.state.profile.name)\"; welcome sent"
+                "added \(inbox) as \(role) to \"\(record.state.profile.name.terminalSafe)\"; welcome sent"
             }
         }
     }
@@ -108,7 +122,7 @@ struct GroupCommand: AsyncParsableCommand {
             let record = try await client.removeMember(inbox, from: group, ban: ban)
             await client.disconnect()
             options.output.emit(GroupJSON(record, me: client.inboxID)) {
-                "removed \(inbox) from \"\(record.state.profile.name)\"; now at epoch \(record.state.epoch)"
+                "removed \(inbox) from \"\(record.state.profile.name.terminalSafe)\"; now at epoch \(record.state.epoch)"
             }
         }
     }
@@ -125,7 +139,7 @@ struct GroupCommand: AsyncParsableCommand {
             let record = try await client.group(group)
             await client.disconnect()
             options.output.emit(GroupJSON(record, me: client.inboxID)) {
-                "exploded \"\(record.state.profile.name)\"; it accepts no further changes"
+                "exploded \"\(record.state.profile.name.terminalSafe)\"; it accepts no further changes"
             }
         }
     }
@@ -158,16 +172,19 @@ struct GroupCommand: AsyncParsableCommand {
             _ = try await client.syncInbox()
             let output = options.output
             let groupID = try await client.group(group).groupID
+            let store = client.store
             if follow {
                 try await client.followGroup(groupID, untilCaughtUp: false) { event in
-                    Read.print(event, output: output, asLines: true)
+                    Read.print(event, output: output, store: store)
                 }
                 return
             }
             let report = try await client.syncGroup(groupID)
             await client.disconnect()
-            let messages = all ? try client.store.messages(conversation: groupID) : report.messages
-            for event in report.events { Read.print(event, output: output, asLines: true, messagesToo: false) }
+            let messages = (all ? try store.messages(conversation: groupID) : report.messages).map {
+                GroupCommand.named($0, store: store)
+            }
+            for event in report.events { Read.print(event, output: output, store: store, messagesToo: false) }
             if output.json {
                 output.emit(messages.map(MessageJSON.init)) { "" }
             } else if messages.isEmpty {
@@ -177,14 +194,15 @@ struct GroupCommand: AsyncParsableCommand {
             }
         }
 
-        static func print(_ event: GroupLogEvent, output: Output, asLines: Bool, messagesToo: Bool = true) {
+        static func print(_ event: GroupLogEvent, output: Output, store: LocalStore, messagesToo: Bool = true) {
             switch event {
-            case .message(let message) where messagesToo:
+            case .message(let received) where messagesToo:
+                let message = GroupCommand.named(received, store: store)
                 output.emit(MessageJSON(message)) { MessageJSON.human(message) }
             case .rejected(let seq, let reason):
-                Output.warn("warning: dropped group log entry #\(seq): \(reason)")
+                Output.warn("warning: dropped group log entry #\(seq): \("\(reason)".terminalSafe)")
             case .commit(let seq, _, let author, .rejected(let reason)):
-                Output.warn("note: change #\(seq) by \(author) was not applied: \(reason)")
+                Output.warn("note: change #\(seq) by \(author) was not applied: \("\(reason)".terminalSafe)")
             case .diverged(let seq, let reason):
                 Output.warn(
                     "warning: the relay showed this device a different history of the group (#\(seq)): \(reason); nothing more is sent into it"
@@ -217,7 +235,8 @@ struct GroupCommand: AsyncParsableCommand {
                 options.output.emit(members) { "" }
             } else {
                 Output.write(
-                    "\(record.state.profile.name) — epoch \(record.state.epoch), you are \(record.status.rawValue)")
+                    "\(record.state.profile.name.terminalSafe) — epoch \(record.state.epoch), you are \(record.status.rawValue)"
+                )
                 for member in members { Output.write(member.human) }
             }
         }

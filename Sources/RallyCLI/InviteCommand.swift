@@ -107,7 +107,7 @@ struct InviteCommand: AsyncParsableCommand {
                     limits.append("up to \(payload.maxUses) people")
                 }
                 limits.append("joins as \(grantedRole)")
-                lines.append("invite to \"\(payload.name)\": \(limits.joined(separator: ", "))")
+                lines.append("invite to \"\(payload.name.terminalSafe)\": \(limits.joined(separator: ", "))")
                 if let qrPng { lines.append("QR code written to \(qrPng)") }
                 if qr, let code { lines.append(code.terminalText(invert: qrInverted)) }
                 return lines.joined(separator: "\n")
@@ -127,7 +127,7 @@ struct InviteCommand: AsyncParsableCommand {
             let record = try await client.group(group)
             await client.disconnect()
             options.output.emit(["groupId": record.groupID, "inviteTag": record.state.inviteTag.hexString]) {
-                "revoked every outstanding invite to \"\(record.state.profile.name)\"; requests with them are answered \"invite revoked\""
+                "revoked every outstanding invite to \"\(record.state.profile.name.terminalSafe)\"; requests with them are answered \"invite revoked\""
             }
         }
     }

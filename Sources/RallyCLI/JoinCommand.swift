@@ -49,7 +49,7 @@ struct JoinCommand: AsyncParsableCommand {
     }
 
     static func human(_ attempt: JoinAttempt) -> String {
-        let name = attempt.invite.name.isEmpty ? "the group" : "\"\(attempt.invite.name)\""
+        let name = attempt.invite.name.isEmpty ? "the group" : "\"\(attempt.invite.name.terminalSafe)\""
         switch attempt.phase {
         case .validated: return "invite to \(name) is valid; sending the join request"
         case .joining: return "join request for \(name) sent; waiting for an admin of the group"
@@ -58,7 +58,7 @@ struct JoinCommand: AsyncParsableCommand {
             let id = attempt.groupID ?? ""
             return attempt.existing
                 ? "you are already in \(name) (group id \(id))" : "joined \(name) (group id \(id))"
-        case .failed: return "could not join \(name): \(attempt.userMessage)"
+        case .failed: return "could not join \(name): \(attempt.userMessage.terminalSafe)"
         case .cancelled: return "join of \(name) cancelled"
         }
     }
@@ -101,7 +101,7 @@ struct JoinCommand: AsyncParsableCommand {
             case .failure(.invite(.invalidInvite(let problem))):
                 await client.disconnect()
                 output.emit(["state": "failed", "error": "invalid_invite", "message": problem.description]) {
-                    "this invite cannot be used: \(problem.description). Nothing was sent."
+                    "this invite cannot be used: \(problem.description.terminalSafe). Nothing was sent."
                 }
                 throw JoinCommand.failedExit
             case .failure(let error):

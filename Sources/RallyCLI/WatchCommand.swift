@@ -80,6 +80,7 @@ struct WatchCommand: AsyncParsableCommand {
     func run() async throws {
         let client = try options.openClient()
         let output = options.output
+        let store = client.store
         output.emit(EventJSON(event: "started")) { "watching as \(client.inboxID); interrupt to stop" }
         try await client.watch { event in
             switch event {
@@ -88,17 +89,18 @@ struct WatchCommand: AsyncParsableCommand {
                     MessageJSON.human(message)
                 }
             case .inbox(.rejected(let rejection)):
-                output.emit(EventJSON(event: "rejected", detail: rejection.description)) { "\(rejection)" }
+                output.emit(EventJSON(event: "rejected", detail: rejection.description)) { "\(rejection)".terminalSafe }
             case .inbox(.caughtUp):
                 break
-            case .group(let groupID, .message(let message)):
+            case .group(let groupID, .message(let received)):
+                let message = GroupCommand.named(received, store: store)
                 output.emit(EventJSON(event: "group_message", groupId: groupID, message: MessageJSON(message))) {
                     "[\(groupID.prefix(8))] \(MessageJSON.human(message))"
                 }
             case .group(let groupID, .commit(_, _, let author, let outcome)):
                 let detail = Self.describe(outcome)
                 output.emit(EventJSON(event: "group_commit", groupId: groupID, detail: detail)) {
-                    "[\(groupID.prefix(8))] change by \(author.rawValue.prefix(8))…: \(detail)"
+                    "[\(groupID.prefix(8))] change by \(author.rawValue.prefix(8))…: \(detail.terminalSafe)"
                 }
             case .group(let groupID, .diverged(let seq, let reason)):
                 output.emit(EventJSON(event: "group_diverged", groupId: groupID, detail: "#\(seq): \(reason)")) {
@@ -106,7 +108,7 @@ struct WatchCommand: AsyncParsableCommand {
                 }
             case .group(let groupID, .rejected(let seq, let reason)):
                 output.emit(EventJSON(event: "group_rejected", groupId: groupID, detail: "#\(seq): \(reason)")) {
-                    "[\(groupID.prefix(8))] dropped entry #\(seq): \(reason)"
+                    "[\(groupID.prefix(8))] dropped entry #\(seq): \("\(reason)".terminalSafe)"
                 }
             case .joinRequest(let report):
                 let (outcome, detail) = Self.describe(report.decision)
@@ -119,7 +121,7 @@ struct WatchCommand: AsyncParsableCommand {
                     let who = report.joiner.map { "\($0.rawValue.prefix(8))…" } ?? "unknown sender"
                     let sent = report.errorSent ? " (error sent)" : ""
                     return "[\(report.groupID.prefix(8))] join request from \(who): \(outcome)"
-                        + (detail.map { " — \($0)" } ?? "") + sent
+                        + (detail.map { " — \($0.terminalSafe)" } ?? "") + sent
                 }
             case .following(let groups, let inviteInboxes):
                 output.emit(EventJSON(event: "following", groups: groups, inviteInboxes: inviteInboxes)) {

@@ -9,8 +9,7 @@ public final class SQLiteRelayStore: RelayStore {
     private let pool: DatabasePool
 
     public init(url: URL) throws {
-        try FileManager.default.createDirectory(
-            at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
+        try Self.prepareOwnerOnly(url)
         var configuration = Configuration()
         configuration.label = "rally.relay.store"
         configuration.prepareDatabase { db in
@@ -20,6 +19,31 @@ public final class SQLiteRelayStore: RelayStore {
         }
         pool = try DatabasePool(path: url.path, configuration: configuration)
         try Self.migrator.migrate(pool)
+    }
+
+    /// The data directory is created owner-only (0700) and the database
+    /// file is created 0600 before SQLite opens it, so its -wal and -shm
+    /// files (which SQLite gives the database file's mode) are too, under
+    /// any umask. Files of an earlier run are made owner-only, and so is an
+    /// existing directory that holds nothing but them; a directory with
+    /// other files keeps its mode (the operator may share it on purpose).
+    private static func prepareOwnerOnly(_ url: URL) throws {
+        let directory = url.deletingLastPathComponent()
+        try FileManager.default.createDirectory(
+            at: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        if !FileManager.default.fileExists(atPath: url.path) {
+            _ = FileManager.default.createFile(atPath: url.path, contents: nil, attributes: [.posixPermissions: 0o600])
+        }
+        for suffix in ["", "-wal", "-shm", "-journal"] {
+            let path = url.path + suffix
+            if FileManager.default.fileExists(atPath: path) {
+                try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: path)
+            }
+        }
+        let contents = try FileManager.default.contentsOfDirectory(atPath: directory.path)
+        if contents.allSatisfy({ $0.hasPrefix(url.lastPathComponent) }) {
+            try FileManager.default.setAttributes([.posixPermissions: 0o700], ofItemAtPath: directory.path)
+        }
     }
 
     private static var migrator: DatabaseMigrator {

@@ -56,14 +56,16 @@ public actor RallyClient {
     }
 
     /// Creates a new identity in `home`, stores it and publishes its key
-    /// bundle on the relay.
+    /// bundle on the relay. Secret keys go to `secrets` (say, the Keychain;
+    /// see ``SecretStore``), or without one to the home's owner-only
+    /// database.
     public static func create(
         home: URL, relayURL: URL, displayName: String, codecs: CodecRegistry = .standard,
-        logger: Logger = Logger(label: "rally.client")
+        logger: Logger = Logger(label: "rally.client"), secrets: (any SecretStore)? = nil
     ) async throws(RallyClientError) -> RallyClient {
         let store: LocalStore
         do {
-            store = try LocalStore(home: home)
+            store = try LocalStore(home: home, secrets: secrets)
             if try store.loadIdentity() != nil { throw LocalStoreError.identityExists(home.path) }
         } catch let error as LocalStoreError {
             throw .store(error)
@@ -81,12 +83,14 @@ public actor RallyClient {
         return client
     }
 
-    /// Opens the identity stored in `home`.
+    /// Opens the identity stored in `home`, with the secret store it was
+    /// created with (nil: the home's owner-only database).
     public static func open(
-        home: URL, relayURL: URL, codecs: CodecRegistry = .standard, logger: Logger = Logger(label: "rally.client")
+        home: URL, relayURL: URL, codecs: CodecRegistry = .standard, logger: Logger = Logger(label: "rally.client"),
+        secrets: (any SecretStore)? = nil
     ) throws(RallyClientError) -> RallyClient {
         do {
-            let store = try LocalStore(home: home)
+            let store = try LocalStore(home: home, secrets: secrets)
             guard let identity = try store.loadIdentity() else { throw RallyClientError.noIdentity(home: home.path) }
             return RallyClient(identity: identity, store: store, relayURL: relayURL, codecs: codecs, logger: logger)
         } catch let error as RallyClientError {

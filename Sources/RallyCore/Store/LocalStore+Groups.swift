@@ -136,6 +136,7 @@ extension LocalStore {
     )
         throws(LocalStoreError)
     {
+        if let (epoch, key) = epochKey { try saveEpochKey(key, epoch: epoch, group: record.groupID) }
         try write { db in
             try db.execute(
                 sql: """
@@ -146,9 +147,7 @@ extension LocalStore {
                     """,
                 arguments: Self.insertArguments(record))
             guard db.changesCount > 0 else { throw LocalStoreError.failed("group \(record.groupID) exists") }
-            if let (epoch, key) = epochKey {
-                try Self.insertKey(key, epoch: epoch, group: record.groupID, db: db)
-            }
+            if let (epoch, _) = epochKey { try Self.recordKey(epoch: epoch, group: record.groupID, db: db) }
             try Self.setCursor(record.topic, seq: cursor, db: db)
         }
     }
@@ -177,12 +176,14 @@ extension LocalStore {
     }
 
     public func epochKey(group: String, epoch: UInt64) throws(LocalStoreError) -> SymmetricKey? {
-        try read { db in
-            try Data.fetchOne(
-                db, sql: "SELECT key FROM epoch_key WHERE group_id = ? AND epoch = ?",
-                arguments: [group, Int64(epoch)]
-            ).map { SymmetricKey(data: $0) }
-        }
+        try secret(.epochKey(group: group, epoch: epoch)).map { SymmetricKey(data: $0) }
+    }
+
+    /// Whether this group's persisted state has applied the commit: what
+    /// several processes on one home agree on, whichever of them read the
+    /// commit from the log first.
+    public func hasApplied(commitID: Data, group groupID: String) throws(LocalStoreError) -> Bool {
+        try group(groupID)?.state.appliedCommitIDs.contains(commitID) ?? false
     }
 
     /// Stores the outcome of one group log entry atomically: the new state,
@@ -193,14 +194,14 @@ extension LocalStore {
         inviteSeed: SymmetricKey? = nil, ownCommit: (commitID: Data, rejection: String?)? = nil
     ) throws(LocalStoreError) -> Bool {
         try Self.checkSeq(seq)
+        // Secrets first: a crash in between leaves an unused key, never a
+        // state that needs a key nobody stored.
+        if let (epoch, key) = epochKey { try saveEpochKey(key, epoch: epoch, group: record.groupID) }
+        if let inviteSeed { try saveInviteSeed(inviteSeed, group: record.groupID) }
         return try write { db in
-            // Another process on this home may have read this entry first.
-            if let cursor = try Int64.fetchOne(
-                db, sql: "SELECT seq FROM cursor WHERE topic = ?", arguments: [record.topic.rawValue]),
-                cursor >= Int64(seq)
-            {
-                return false
-            }
+            // Another process on this home got there first: its state is
+            // at least as new as this one, which must not overwrite it.
+            guard try Self.cursor(record.topic, db: db) < seq else { return false }
             try db.execute(
                 sql: """
                     UPDATE group_info SET snapshot = ?, status = ?, access_secret = ?, epoch_link = ?,
@@ -221,12 +222,12 @@ extension LocalStore {
                         FrameCodec.encode(record.state.snapshot),
                     ])
             }
-            if let (epoch, key) = epochKey {
-                try Self.insertKey(key, epoch: epoch, group: record.groupID, db: db)
-            }
-            if let inviteSeed { try Self.saveInviteSeed(inviteSeed, group: record.groupID, db: db) }
+            if let (epoch, _) = epochKey { try Self.recordKey(epoch: epoch, group: record.groupID, db: db) }
+            if inviteSeed != nil { try Self.recordInviteSeed(group: record.groupID, db: db) }
             var inserted = false
-            if let message { inserted = try Self.insert(message, db: db) }
+            if let message {
+                inserted = try Self.insert(Self.namedByMemberRecord(message, in: record.state), db: db)
+            }
             try Self.setCursor(record.topic, seq: seq, db: db)
             return inserted
         }
@@ -242,7 +243,11 @@ extension LocalStore {
     ) throws(LocalStoreError) -> Bool {
         try Self.checkSeq(groupCursor)
         try Self.checkSeq(inboxSeq)
+        try saveEpochKey(epochKey.1, epoch: epochKey.0, group: record.groupID)
+        if let inviteSeed { try saveInviteSeed(inviteSeed, group: record.groupID) }
         return try write { db in
+            // Another process on this home took this welcome already.
+            guard try Self.cursor(inboxTopic, db: db) < inboxSeq else { return false }
             try db.execute(
                 sql: """
                     INSERT INTO group_info (group_id, topic_id, snapshot, status, created_at_ms,
@@ -250,8 +255,8 @@ extension LocalStore {
                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(group_id) DO NOTHING
                     """,
                 arguments: Self.insertArguments(record))
-            try Self.insertKey(epochKey.1, epoch: epochKey.0, group: record.groupID, db: db)
-            if let inviteSeed { try Self.saveInviteSeed(inviteSeed, group: record.groupID, db: db) }
+            try Self.recordKey(epoch: epochKey.0, group: record.groupID, db: db)
+            if inviteSeed != nil { try Self.recordInviteSeed(group: record.groupID, db: db) }
             try Self.setCursor(record.topic, seq: groupCursor, db: db)
             let inserted = try Self.insert(message, db: db)
             if let joinEvent { try Self.applyJoinEvent(joinEvent, db: db) }
@@ -268,10 +273,26 @@ extension LocalStore {
         ]
     }
 
-    private static func insertKey(_ key: SymmetricKey, epoch: UInt64, group: String, db: Database) throws {
+    /// A group message under the name of its sender's member record in
+    /// `state` (the group at the message's position in the log), which the
+    /// group's admins signed, rather than the name inside the message.
+    public static func namedByMemberRecord(_ message: StoredMessage, in state: GroupState) -> StoredMessage {
+        guard let member = state.members[message.sender], member.identity.displayName != message.senderName else {
+            return message
+        }
+        return message.withSenderName(member.identity.displayName)
+    }
+
+    func saveEpochKey(_ key: SymmetricKey, epoch: UInt64, group: String) throws(LocalStoreError) {
+        try setSecret(key.withUnsafeBytes { Data($0) }, .epochKey(group: group, epoch: epoch))
+    }
+
+    /// Notes that the secret store holds a key for this epoch (the key
+    /// itself is not in the database).
+    private static func recordKey(epoch: UInt64, group: String, db: Database) throws {
         try db.execute(
-            sql: "INSERT OR REPLACE INTO epoch_key (group_id, epoch, key) VALUES (?, ?, ?)",
-            arguments: [group, Int64(epoch), key.withUnsafeBytes { Data($0) }])
+            sql: "INSERT OR IGNORE INTO epoch_key (group_id, epoch, key) VALUES (?, ?, x'')",
+            arguments: [group, Int64(epoch)])
     }
 
     static func setCursor(_ topic: TopicName, seq: UInt64, db: Database) throws {

@@ -124,58 +124,79 @@ extension LocalStore {
             // an old invite is answered invite_revoked instead of nothing.
             try db.create(table: "retired_invite_seed") { table in
                 table.column("group_id", .text).notNull()
-                table.column("seed", .blob).notNull()
-                table.primaryKey(["group_id", "seed"])
+                // The retired identity's inbox; its seed is in the secret store.
+                table.column("inbox_id", .text).notNull()
+                table.primaryKey(["group_id", "inbox_id"])
             }
         }
     }
 
     // MARK: Invite seeds (admins)
 
-    static func saveInviteSeed(_ seed: SymmetricKey, group: String, db: Database) throws {
-        try db.execute(
-            sql: """
-                INSERT OR IGNORE INTO retired_invite_seed (group_id, seed)
-                SELECT group_id, seed FROM invite_seed WHERE group_id = ? AND seed != ?
-                """,
-            arguments: [group, seed.withUnsafeBytes { Data($0) }])
-        try db.execute(
-            sql: "INSERT OR REPLACE INTO invite_seed (group_id, seed) VALUES (?, ?)",
-            arguments: [group, seed.withUnsafeBytes { Data($0) }])
+    /// Stores a group's invite seed. A seed it replaces (a rotation after
+    /// an admin lost their rights) is kept as retired: its join inbox is
+    /// still read, to answer requests made with old invites.
+    func saveInviteSeed(_ seed: SymmetricKey, group: String) throws(LocalStoreError) {
+        let bytes = seed.withUnsafeBytes { Data($0) }
+        if let old = try secret(.inviteSeed(group: group)), old != bytes,
+            let keys = try? InviteKeys(seed: SymmetricKey(data: old))
+        {
+            let inbox = keys.identity.inboxID.rawValue
+            try setSecret(old, .retiredInviteSeed(group: group, inbox: inbox))
+            try write { db in
+                try db.execute(
+                    sql: "INSERT OR IGNORE INTO retired_invite_seed (group_id, inbox_id) VALUES (?, ?)",
+                    arguments: [group, inbox])
+            }
+        }
+        try setSecret(bytes, .inviteSeed(group: group))
+    }
+
+    /// Notes that the secret store holds this group's invite seed (the seed
+    /// itself is not in the database).
+    static func recordInviteSeed(group: String, db: Database) throws {
+        try db.execute(sql: "INSERT OR IGNORE INTO invite_seed (group_id, seed) VALUES (?, x'')", arguments: [group])
     }
 
     public func inviteSeed(group: String) throws(LocalStoreError) -> SymmetricKey? {
-        try read { db in
-            try Data.fetchOne(db, sql: "SELECT seed FROM invite_seed WHERE group_id = ?", arguments: [group])
-                .map { SymmetricKey(data: $0) }
-        }
+        try secret(.inviteSeed(group: group)).map { SymmetricKey(data: $0) }
     }
 
     /// Every invite seed this client holds, current and retired, by group.
     public func inviteSeeds() throws(LocalStoreError) -> [(groupID: String, seed: SymmetricKey)] {
-        try read { db in
-            try Row.fetchAll(
-                db,
-                sql: """
-                    SELECT group_id, seed FROM invite_seed
-                    UNION SELECT group_id, seed FROM retired_invite_seed
-                    ORDER BY group_id
-                    """
-            ).map { row in
-                (groupID: row["group_id"] as String, seed: SymmetricKey(data: row["seed"] as Data))
+        let (groups, retired) = try read { db in
+            (
+                try String.fetchAll(db, sql: "SELECT group_id FROM invite_seed ORDER BY group_id"),
+                try Row.fetchAll(db, sql: "SELECT group_id, inbox_id FROM retired_invite_seed ORDER BY group_id")
+                    .map { (group: $0["group_id"] as String, inbox: $0["inbox_id"] as String) }
+            )
+        }
+        var seeds: [(groupID: String, seed: SymmetricKey)] = []
+        for group in groups {
+            if let seed = try inviteSeed(group: group) { seeds.append((groupID: group, seed: seed)) }
+        }
+        for (group, inbox) in retired {
+            if let seed = try secret(.retiredInviteSeed(group: group, inbox: inbox)) {
+                seeds.append((groupID: group, seed: SymmetricKey(data: seed)))
             }
         }
+        return seeds
     }
 
     /// Removes a group from this device (its state, keys and messages). The
     /// invite seed stays, so requests still arriving for it are answered
     /// `conversation_not_found` instead of never.
     public func forgetGroup(_ groupID: String) throws(LocalStoreError) {
-        try write { db in
+        let epochs = try write { db in
+            let epochs = try Int64.fetchAll(
+                db, sql: "SELECT epoch FROM epoch_key WHERE group_id = ?", arguments: [groupID])
             try db.execute(sql: "DELETE FROM group_info WHERE group_id = ?", arguments: [groupID])
             try db.execute(sql: "DELETE FROM epoch_key WHERE group_id = ?", arguments: [groupID])
             try db.execute(sql: "DELETE FROM message WHERE conversation = ?", arguments: [groupID])
+            return epochs
         }
+        // Keys after the records: a crash in between leaves unused keys.
+        for epoch in epochs { try removeSecret(.epochKey(group: groupID, epoch: UInt64(max(0, epoch)))) }
     }
 
     // MARK: Join attempts (joiner)

@@ -6,33 +6,84 @@ import RallyWire
 /// A client's local database (`<home>/rally.sqlite`): its identity, the
 /// key bundles it has verified, per-topic cursors and received messages.
 /// Several users on one machine use several homes.
+///
+/// Keys at rest: the home is a directory only its owner can open (0700; a
+/// laxer one is tightened, one owned by someone else is refused) and every
+/// file in it is owner-only (0600) whatever the umask: the database file is
+/// created 0600 before SQLite opens it, and SQLite gives its `-wal` and
+/// `-shm` files the database file's mode. Secret keys go through
+/// ``secrets`` (see ``SecretStore``).
+///
+/// Several processes may use one home at once (`rally watch` and other
+/// commands): the database runs in WAL mode with a busy timeout, every
+/// write is one `BEGIN IMMEDIATE` transaction that is retried while another
+/// process holds the lock, cursors only move forward, and ingesting an
+/// envelope some other process already ingested changes nothing.
 public final class LocalStore: Sendable {
     public static let fileName = "rally.sqlite"
+
+    /// How long a statement waits for another process's lock before
+    /// SQLite reports `SQLITE_BUSY`.
+    static let busyTimeout: TimeInterval = 10
+    /// How often a transaction that still met `SQLITE_BUSY` is run again.
+    static let busyRetries = 20
 
     // GRDB's DatabaseQueue serializes all access itself and is Sendable.
     private let queue: DatabaseQueue
     public let home: URL
+    /// Where the identity's private keys, epoch keys and invite seeds are
+    /// kept: by default a table of this owner-only database.
+    public let secrets: any SecretStore
 
-    public init(home: URL) throws(LocalStoreError) {
+    /// Opens (creating if needed) the store in `home`. Secret keys go to
+    /// `secrets`, or, without one, to the home's owner-only database.
+    public init(home: URL, secrets: (any SecretStore)? = nil) throws(LocalStoreError) {
         self.home = home
         do {
-            try FileManager.default.createDirectory(
-                at: home, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-            var configuration = Configuration()
-            configuration.prepareDatabase { db in
-                try db.execute(sql: "PRAGMA journal_mode = WAL")
-            }
+            try OwnerOnly.prepareDirectory(home)
             let path = home.appendingPathComponent(Self.fileName).path
-            queue = try DatabaseQueue(path: path, configuration: configuration)
-            // The file holds private keys: owner-only.
-            try? FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: path)
-            try Self.migrator.migrate(queue)
+            // Created owner-only before SQLite opens it: SQLite creates the
+            // -wal and -shm files with the database file's mode.
+            try OwnerOnly.createFile(path)
+            var configuration = Configuration()
+            configuration.journalMode = .wal
+            configuration.busyMode = .timeout(Self.busyTimeout)
+            let opened = try Self.retryingBusy { try DatabaseQueue(path: path, configuration: configuration) }
+            try Self.retryingBusy { try Self.migrator.migrate(opened) }
+            queue = opened
+            // Files left by older versions or written laxly: owner-only.
+            try OwnerOnly.tightenFiles(in: home, database: Self.fileName)
+        } catch LocalStoreError.unavailable(let path, let reason) where path != home.path {
+            throw .unavailable(path: home.path, reason: "\(path): \(reason)")
+        } catch let error as LocalStoreError {
+            throw error
         } catch {
             throw .unavailable(path: home.path, reason: "\(error)")
         }
+        let own = DatabaseSecretStore(queue: queue)
+        self.secrets = secrets ?? own
+        if secrets != nil { try Self.handOverSecrets(from: own, queue: queue, to: self.secrets) }
     }
 
-    private static var migrator: DatabaseMigrator {
+    /// Moves the secrets a home kept in its database to the store the
+    /// caller chose, then deletes them from the database.
+    private static func handOverSecrets(
+        from own: DatabaseSecretStore, queue: DatabaseQueue, to target: any SecretStore
+    ) throws(LocalStoreError) {
+        let names = try read(queue) { db in try String.fetchAll(db, sql: "SELECT name FROM secret") }
+        for raw in names {
+            let name = SecretName(rawValue: raw)
+            do {
+                guard let value = try own.secret(named: name) else { continue }
+                try target.setSecret(value, named: name)
+                try own.removeSecret(named: name)
+            } catch {
+                throw .failed("cannot move secret \(name) to the secret store: \(error)")
+            }
+        }
+    }
+
+    static var migrator: DatabaseMigrator {
         var migrator = DatabaseMigrator()
         migrator.registerMigration("v1") { db in
             try db.create(table: "identity") { table in
@@ -73,6 +124,36 @@ public final class LocalStore: Sendable {
         }
         registerGroupMigrations(&migrator)
         registerInviteMigrations(&migrator)
+        migrator.registerMigration("v4-secrets") { db in
+            // Secret keys move to the secret store (by default this table);
+            // the tables that held them keep only which ones exist.
+            try db.create(table: "secret") { table in
+                table.column("name", .text).primaryKey()
+                table.column("value", .blob).notNull()
+            }
+            try db.alter(table: "identity") { table in table.add(column: "inbox_id", .text) }
+            for row in try Row.fetchAll(db, sql: "SELECT * FROM identity") {
+                let identity = try Identity(
+                    signingKeyBytes: row["signing_key"], agreementKeyBytes: row["agreement_key"],
+                    displayName: row["display_name"], createdAt: Date())
+                let inbox = identity.inboxID.rawValue
+                try DatabaseSecretStore.set(row["signing_key"], named: .identitySigningKey(inbox), db: db)
+                try DatabaseSecretStore.set(row["agreement_key"], named: .identityAgreementKey(inbox), db: db)
+                try db.execute(
+                    sql: "UPDATE identity SET inbox_id = ?, signing_key = x'', agreement_key = x''",
+                    arguments: [inbox])
+            }
+            for row in try Row.fetchAll(db, sql: "SELECT * FROM epoch_key") {
+                let epoch: Int64 = row["epoch"]
+                try DatabaseSecretStore.set(
+                    row["key"], named: .epochKey(group: row["group_id"], epoch: UInt64(max(0, epoch))), db: db)
+            }
+            try db.execute(sql: "UPDATE epoch_key SET key = x''")
+            for row in try Row.fetchAll(db, sql: "SELECT * FROM invite_seed") {
+                try DatabaseSecretStore.set(row["seed"], named: .inviteSeed(group: row["group_id"]), db: db)
+            }
+            try db.execute(sql: "UPDATE invite_seed SET seed = x''")
+        }
         return migrator
     }
 
@@ -81,30 +162,78 @@ public final class LocalStore: Sendable {
     public func loadIdentity() throws(LocalStoreError) -> Identity? {
         let row = try read { db in try Row.fetchOne(db, sql: "SELECT * FROM identity WHERE id = 1") }
         guard let row else { return nil }
+        let inbox: String = row["inbox_id"] ?? ""
+        let signing = try secret(.identitySigningKey(inbox))
+        let agreement = try secret(.identityAgreementKey(inbox))
+        guard let signing, let agreement else {
+            throw .corrupt("the private keys of identity \(inbox) are not in the secret store")
+        }
+        let identity: Identity
         do {
-            return try Identity(
-                signingKeyBytes: row["signing_key"], agreementKeyBytes: row["agreement_key"],
-                displayName: row["display_name"],
+            identity = try Identity(
+                signingKeyBytes: signing, agreementKeyBytes: agreement, displayName: row["display_name"],
                 createdAt: Date(timeIntervalSince1970: Double(row["created_at_ms"] as Int64) / 1000))
         } catch {
             throw .corrupt("stored identity: \(error)")
         }
+        guard identity.inboxID.rawValue == inbox else {
+            throw .corrupt("the stored private keys belong to \(identity.inboxID), not to \(inbox)")
+        }
+        return identity
     }
 
+    /// Stores this home's identity: its private keys in the secret store
+    /// (under names that carry its inbox id, so a second identity racing
+    /// for the same home cannot overwrite them), the rest in the database.
     public func saveIdentity(_ identity: Identity) throws(LocalStoreError) {
+        if try read({ db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM identity") ?? 0 }) > 0 {
+            throw .identityExists(home.path)
+        }
+        let inbox = identity.inboxID.rawValue
+        try setSecret(identity.signingKey.rawRepresentation, .identitySigningKey(inbox))
+        try setSecret(identity.agreementKey.rawRepresentation, .identityAgreementKey(inbox))
         try write { db in
             if try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM identity") ?? 0 > 0 {
                 throw LocalStoreError.identityExists(home.path)
             }
             try db.execute(
                 sql: """
-                    INSERT INTO identity (id, display_name, signing_key, agreement_key, created_at_ms)
-                    VALUES (1, ?, ?, ?, ?)
+                    INSERT INTO identity (id, display_name, signing_key, agreement_key, created_at_ms, inbox_id)
+                    VALUES (1, ?, x'', x'', ?, ?)
                     """,
-                arguments: [
-                    identity.displayName, identity.signingKey.rawRepresentation,
-                    identity.agreementKey.rawRepresentation, Self.millis(identity.createdAt),
-                ])
+                arguments: [identity.displayName, Self.millis(identity.createdAt), inbox])
+        }
+    }
+
+    // MARK: Secrets
+
+    func secret(_ name: SecretName) throws(LocalStoreError) -> Data? {
+        do {
+            return try secrets.secret(named: name)
+        } catch let error as LocalStoreError {
+            throw error
+        } catch {
+            throw .failed("secret store: cannot read \(name): \(error)")
+        }
+    }
+
+    func setSecret(_ value: Data, _ name: SecretName) throws(LocalStoreError) {
+        do {
+            try secrets.setSecret(value, named: name)
+        } catch let error as LocalStoreError {
+            throw error
+        } catch {
+            throw .failed("secret store: cannot write \(name): \(error)")
+        }
+    }
+
+    func removeSecret(_ name: SecretName) throws(LocalStoreError) {
+        do {
+            try secrets.removeSecret(named: name)
+        } catch let error as LocalStoreError {
+            throw error
+        } catch {
+            throw .failed("secret store: cannot delete \(name): \(error)")
         }
     }
 
@@ -147,9 +276,11 @@ public final class LocalStore: Sendable {
     // MARK: Cursors and messages
 
     public func cursor(for topic: TopicName) throws(LocalStoreError) -> UInt64 {
-        let seq = try read { db in
-            try Int64.fetchOne(db, sql: "SELECT seq FROM cursor WHERE topic = ?", arguments: [topic.rawValue])
-        }
+        try read { db in try Self.cursor(topic, db: db) }
+    }
+
+    static func cursor(_ topic: TopicName, db: Database) throws -> UInt64 {
+        let seq = try Int64.fetchOne(db, sql: "SELECT seq FROM cursor WHERE topic = ?", arguments: [topic.rawValue])
         return UInt64(max(0, seq ?? 0))
     }
 
@@ -164,6 +295,8 @@ public final class LocalStore: Sendable {
         try Self.checkSeq(seq)
         if let messageSeq = message?.seq { try Self.checkSeq(messageSeq) }
         return try write { db in
+            // Another process on this home may have ingested it already.
+            guard try Self.cursor(topic, db: db) < seq else { return false }
             var inserted = false
             if let message {
                 inserted = try Self.insert(message, db: db)
@@ -229,6 +362,14 @@ public final class LocalStore: Sendable {
         }
     }
 
+    /// The stored message with this id, if any.
+    public func message(id: String) throws(LocalStoreError) -> StoredMessage? {
+        try read { db in
+            try Row.fetchOne(db, sql: "SELECT * FROM message WHERE id = ?", arguments: [id]).map(
+                StoredMessage.init(row:))
+        }
+    }
+
     public func messageCount() throws(LocalStoreError) -> Int {
         try read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM message") ?? 0 }
     }
@@ -236,8 +377,17 @@ public final class LocalStore: Sendable {
     // MARK: Plumbing
 
     func read<T>(_ body: (Database) throws -> T) throws(LocalStoreError) -> T {
+        try Self.read(queue, body)
+    }
+
+    /// Runs `body` in one write transaction (see ``write(_:_:)``).
+    func write<T>(_ body: (Database) throws -> T) throws(LocalStoreError) -> T {
+        try Self.write(queue, body)
+    }
+
+    static func read<T>(_ queue: DatabaseQueue, _ body: (Database) throws -> T) throws(LocalStoreError) -> T {
         do {
-            return try queue.read(body)
+            return try retryingBusy { try queue.read(body) }
         } catch let error as LocalStoreError {
             throw error
         } catch {
@@ -245,13 +395,43 @@ public final class LocalStore: Sendable {
         }
     }
 
-    func write<T>(_ body: (Database) throws -> T) throws(LocalStoreError) -> T {
+    /// Runs `body` in a `BEGIN IMMEDIATE` transaction: it takes the write
+    /// lock before reading, so what it reads cannot change under it in
+    /// another process before it commits. A transaction that still meets
+    /// `SQLITE_BUSY` after the busy timeout is rolled back and run again.
+    static func write<T>(_ queue: DatabaseQueue, _ body: (Database) throws -> T) throws(LocalStoreError) -> T {
         do {
-            return try queue.write(body)
+            return try retryingBusy {
+                try queue.writeWithoutTransaction { db in
+                    var result: T?
+                    try db.inTransaction(.immediate) {
+                        result = try body(db)
+                        return .commit
+                    }
+                    // inTransaction returned without throwing: body ran.
+                    return result!
+                }
+            }
         } catch let error as LocalStoreError {
             throw error
         } catch {
             throw .failed("\(error)")
+        }
+    }
+
+    /// Runs `operation` again while SQLite answers `SQLITE_BUSY` (another
+    /// process holds the lock longer than the busy timeout, or a snapshot
+    /// went stale), a bounded number of times.
+    static func retryingBusy<T>(_ operation: () throws -> T) throws -> T {
+        var attempt = 0
+        while true {
+            do {
+                return try operation()
+            } catch let error as DatabaseError where error.resultCode == .SQLITE_BUSY && attempt < busyRetries {
+                attempt += 1
+                // A short, growing pause lets the other process finish.
+                Thread.sleep(forTimeInterval: 0.005 * Double(min(attempt, 10)))
+            }
         }
     }
 

@@ -42,6 +42,16 @@ public struct StoredMessage: Sendable, Equatable, Codable {
         self.isKnownType = isKnownType
     }
 
+    /// This message shown under another name: a group message's sender is
+    /// named by the group's signed member record, not by the name the
+    /// sender put in the message.
+    public func withSenderName(_ name: String) -> StoredMessage {
+        StoredMessage(
+            id: id, conversation: conversation, outgoing: outgoing, sender: sender, senderName: name, sentAt: sentAt,
+            receivedAt: receivedAt, topic: topic, seq: seq, contentType: contentType, encodedContent: encodedContent,
+            displayText: displayText, isKnownType: isKnownType)
+    }
+
     init(row: Row) throws {
         let senderText: String = row["sender"]
         let seq: Int64? = row["seq"]

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The test command (the README's and CI's): installs what the build and the
+# tests need when it is missing, then runs `swift test` with any extra
+# arguments (e.g. `scripts/test.sh --filter LocalStore`) and exits with its
+# status.
+#
+# Needed on Debian/Ubuntu: zlib1g-dev and libsqlite3-dev (the build) and
+# zbar-tools (`zbarimg`, the real QR decoder the QR tests read codes with).
+# As root they are installed with apt-get; otherwise the script names the
+# packages to install and stops before running anything.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+missing=()
+case "$(uname -s)" in
+  Linux)
+    [ -f /usr/include/zlib.h ] || missing+=(zlib1g-dev)
+    [ -f /usr/include/sqlite3.h ] || missing+=(libsqlite3-dev)
+    command -v zbarimg >/dev/null 2>&1 || missing+=(zbar-tools)
+    if [ ${#missing[@]} -gt 0 ]; then
+      if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+        echo "scripts/test.sh: installing ${missing[*]}" >&2
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+      else
+        echo "scripts/test.sh: the tests need these packages, which are missing: ${missing[*]}" >&2
+        echo "scripts/test.sh: install them, e.g.: sudo apt-get install -y ${missing[*]}" >&2
+        exit 1
+      fi
+    fi
+    ;;
+  Darwin)
+    if ! command -v zbarimg >/dev/null 2>&1; then
+      echo "scripts/test.sh: the QR tests need zbarimg, which is missing: brew install zbar" >&2
+      exit 1
+    fi
+    ;;
+esac
+
+exec swift test "$@"
