@@ -785,7 +785,8 @@ extension RallyClient {
             }
             try store.ingestGroupEntry(
                 result.record, seq: envelope.seq, epochKey: result.newKey, message: message,
-                inviteSeed: result.inviteSeed, ownCommit: ownCommit)
+                inviteSeed: result.inviteSeed, ownCommit: ownCommit,
+                accessSecretChanged: result.record.accessSecret != record.accessSecret)
             return result.event
         } catch let error as RallyClientError {
             throw error

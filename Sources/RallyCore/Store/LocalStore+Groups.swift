@@ -81,7 +81,6 @@ extension LocalStore {
         }
         migrator.registerMigration("v4-untrusted-relay") { db in
             try db.alter(table: "group_info") { table in
-                table.add(column: "access_secret", .blob)
                 table.add(column: "epoch_link", .blob).notNull().defaults(to: Data())
                 table.add(column: "last_control_seq", .integer).notNull().defaults(to: 0)
                 table.add(column: "divergence", .text)
@@ -137,12 +136,13 @@ extension LocalStore {
         throws(LocalStoreError)
     {
         if let (epoch, key) = epochKey { try saveEpochKey(key, epoch: epoch, group: record.groupID) }
+        try saveAccessSecret(of: record)
         try write { db in
             try db.execute(
                 sql: """
                     INSERT INTO group_info (group_id, topic_id, snapshot, status, created_at_ms,
-                        access_secret, epoch_link, last_control_seq, divergence)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                        epoch_link, last_control_seq, divergence)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?)
                     ON CONFLICT(group_id) DO NOTHING
                     """,
                 arguments: Self.insertArguments(record))
@@ -153,10 +153,22 @@ extension LocalStore {
     }
 
     public func group(_ groupID: String) throws(LocalStoreError) -> GroupRecord? {
-        try read { db in
+        let record = try read { db in
             try Row.fetchOne(db, sql: "SELECT * FROM group_info WHERE group_id = ?", arguments: [groupID])
                 .map(Self.groupRecord(row:))
         }
+        return try record.map(withAccessSecret)
+    }
+
+    /// The topic access secret lives in the secret store, like every key.
+    private func withAccessSecret(_ record: GroupRecord) throws(LocalStoreError) -> GroupRecord {
+        var record = record
+        record.accessSecret = try secret(.topicAccess(record.topicID))
+        return record
+    }
+
+    private func saveAccessSecret(of record: GroupRecord) throws(LocalStoreError) {
+        if let secret = record.accessSecret { try setSecret(secret, .topicAccess(record.topicID)) }
     }
 
     /// Finds a group by id or by an unambiguous prefix of it, or by name.
@@ -169,10 +181,13 @@ extension LocalStore {
     }
 
     public func groups() throws(LocalStoreError) -> [GroupRecord] {
-        try read { db in
+        let records = try read { db in
             try Row.fetchAll(db, sql: "SELECT * FROM group_info ORDER BY created_at_ms, group_id")
                 .map(Self.groupRecord(row:))
         }
+        var filled: [GroupRecord] = []
+        for record in records { filled.append(try withAccessSecret(record)) }
+        return filled
     }
 
     public func epochKey(group: String, epoch: UInt64) throws(LocalStoreError) -> SymmetricKey? {
@@ -191,9 +206,11 @@ extension LocalStore {
     @discardableResult
     public func ingestGroupEntry(
         _ record: GroupRecord, seq: UInt64, epochKey: (UInt64, SymmetricKey)?, message: StoredMessage?,
-        inviteSeed: SymmetricKey? = nil, ownCommit: (commitID: Data, rejection: String?)? = nil
+        inviteSeed: SymmetricKey? = nil, ownCommit: (commitID: Data, rejection: String?)? = nil,
+        accessSecretChanged: Bool = false
     ) throws(LocalStoreError) -> Bool {
         try Self.checkSeq(seq)
+        if accessSecretChanged { try saveAccessSecret(of: record) }
         // Secrets first: a crash in between leaves an unused key, never a
         // state that needs a key nobody stored.
         if let (epoch, key) = epochKey { try saveEpochKey(key, epoch: epoch, group: record.groupID) }
@@ -204,11 +221,11 @@ extension LocalStore {
             guard try Self.cursor(record.topic, db: db) < seq else { return false }
             try db.execute(
                 sql: """
-                    UPDATE group_info SET snapshot = ?, status = ?, access_secret = ?, epoch_link = ?,
+                    UPDATE group_info SET snapshot = ?, status = ?, epoch_link = ?,
                         last_control_seq = ?, divergence = ? WHERE group_id = ?
                     """,
                 arguments: [
-                    FrameCodec.encode(record.state.snapshot), record.status.rawValue, record.accessSecret,
+                    FrameCodec.encode(record.state.snapshot), record.status.rawValue,
                     record.epochLink, Int64(record.lastControlSeq), record.divergence, record.groupID,
                 ])
             if let ownCommit {
@@ -244,6 +261,7 @@ extension LocalStore {
         try Self.checkSeq(groupCursor)
         try Self.checkSeq(inboxSeq)
         try saveEpochKey(epochKey.1, epoch: epochKey.0, group: record.groupID)
+        try saveAccessSecret(of: record)
         if let inviteSeed { try saveInviteSeed(inviteSeed, group: record.groupID) }
         return try write { db in
             // Another process on this home took this welcome already.
@@ -251,8 +269,8 @@ extension LocalStore {
             try db.execute(
                 sql: """
                     INSERT INTO group_info (group_id, topic_id, snapshot, status, created_at_ms,
-                        access_secret, epoch_link, last_control_seq, divergence)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(group_id) DO NOTHING
+                        epoch_link, last_control_seq, divergence)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(group_id) DO NOTHING
                     """,
                 arguments: Self.insertArguments(record))
             try Self.recordKey(epoch: epochKey.0, group: record.groupID, db: db)
@@ -268,7 +286,7 @@ extension LocalStore {
     private static func insertArguments(_ record: GroupRecord) -> StatementArguments {
         [
             record.groupID, record.topicID, FrameCodec.encode(record.state.snapshot), record.status.rawValue,
-            Self.millis(Date()), record.accessSecret, record.epochLink, Int64(record.lastControlSeq),
+            Self.millis(Date()), record.epochLink, Int64(record.lastControlSeq),
             record.divergence,
         ]
     }
@@ -311,7 +329,7 @@ extension LocalStore {
         let state = try GroupState(snapshot: snapshot)
         return GroupRecord(
             groupID: groupID, topicID: row["topic_id"], state: state,
-            status: GroupRecord.Status(rawValue: statusText) ?? .active, accessSecret: row["access_secret"],
+            status: GroupRecord.Status(rawValue: statusText) ?? .active,
             epochLink: row["epoch_link"], lastControlSeq: UInt64(row["last_control_seq"] as Int64),
             divergence: row["divergence"])
     }
