@@ -185,7 +185,7 @@ struct GroupBench: AsyncParsableCommand {
             do {
                 _ = try await connection.publish(topic: topic, payload: payload, idempotencyKey: key)
                 return
-            } catch .refused(code: .rateLimited, message: _) {
+            } catch .rateLimited {
                 try await Task.sleep(for: .milliseconds(250))
             }
         }
