@@ -239,8 +239,8 @@ actor RelaySession {
             throw RelayFailure(.forbidden, "only its owner may read an inbox", topic: topic.rawValue)
         }
         let accessKey = try verifiedAccessKey(subscribe.hasProof ? subscribe.proof : nil, topic: topic)
-        let bound: UInt64? =
-            if let accessKey { try await services.readBound(topic: topic, key: accessKey) } else { nil }
+        var bound: UInt64?
+        if let accessKey { bound = try await services.readBound(topic: topic, key: accessKey) }
         if let existing = subscriptions.removeValue(forKey: topic.rawValue) {
             // A repeated subscribe restarts from the new cursor.
             existing.task.cancel()

@@ -18,6 +18,9 @@ public actor RelayConnection {
     }
 
     public static let defaultTimeout: Duration = .seconds(15)
+    /// How often an otherwise quiet connection pings, so the relay's idle
+    /// timeout (5 minutes by default) does not close a live subscription.
+    public static let keepAliveInterval: Duration = .seconds(60)
 
     public nonisolated let relayURL: URL
     /// The relay's origin as signatures bind it (`RelayOrigin`): the
@@ -33,6 +36,7 @@ public actor RelayConnection {
     private var cancelledRequests: Set<UInt64> = []
     private var closedError: RelayClientError?
     private var runTask: Task<Void, Never>?
+    private var keepAliveTask: Task<Void, Never>?
     public private(set) var authenticatedInbox: InboxID?
 
     private init(relayURL: URL, logger: Logger) {
@@ -108,6 +112,17 @@ public actor RelayConnection {
         } catch {
             await close()
             throw .disconnected("\(error)")
+        }
+        keepAliveTask = Task { [weak self] in
+            while true {
+                do {
+                    try await Task.sleep(for: Self.keepAliveInterval)
+                } catch {
+                    return
+                }
+                guard let self, await self.isOpen else { return }
+                try? await self.ping()
+            }
         }
     }
 
@@ -380,6 +395,7 @@ public actor RelayConnection {
         pending.removeAll()
         for continuation in subscriptions.values { continuation.finish(throwing: reason) }
         subscriptions.removeAll()
+        keepAliveTask?.cancel()
     }
 
     public var isOpen: Bool { closedError == nil && writer != nil }
