@@ -62,6 +62,10 @@ struct GroupLogProcessor {
             return processCommit(signed, seq: envelope.seq, record: record, key: key)
         case .message(let ciphertext)?:
             return processMessage(ciphertext, envelope: envelope, record: record, key: key, receivedAt: receivedAt)
+        case .sealedCommit?:
+            // Compile fix on the relay branch only: the base commit's wire
+            // added sealed commits; the group protocol branch handles them.
+            return Result(record: record, event: .rejected(seq: envelope.seq, reason: .malformed("sealed commit")))
         case nil:
             return Result(record: record, event: .rejected(seq: envelope.seq, reason: .malformed("empty entry")))
         }
