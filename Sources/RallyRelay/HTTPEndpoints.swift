@@ -1,5 +1,6 @@
 import Foundation
 import Hummingbird
+import HTTPTypes
 import HummingbirdWebSocket
 import RallyCrypto
 import RallyWire
@@ -113,7 +114,7 @@ enum HTTPEndpoints {
         // Registered before the first read, so an envelope committed between
         // the read and the wait still wakes the poll.
         let waiter = wait > .zero ? await services.hub.subscribe(topic: topic.rawValue, capacity: 1) : nil
-        do {
+        do throws(RelayFailure) {
             var result = try await read(topic.rawValue, after: after, limit: limit, services: services)
             if let waiter, result.envelopes.isEmpty {
                 await waitForFirst(of: waiter, timeout: wait)

@@ -78,7 +78,6 @@ public enum AccessKeyStatus: Sendable, Equatable {
     /// No publish created the topic yet.
     case unregistered
 }
-}
 
 /// What the store did with one publish of a batch.
 public struct AppendResult: Sendable, Equatable {

@@ -224,7 +224,7 @@ public final class SQLiteRelayStore: RelayStore {
             let rows = try Row.fetchCursor(
                 db,
                 sql: """
-                    SELECT \(envelopeColumns)
+                    SELECT \(Self.envelopeColumns)
                     FROM envelopes
                     WHERE topic = ? AND seq > ? AND (expires_at_ms = 0 OR expires_at_ms >= ?)
                     ORDER BY seq LIMIT ?
