@@ -53,36 +53,45 @@ struct CapabilityTests {
         // first in commit order wins, the second is told the new head.
         let race = try await store.append(
             [
-                Self.publish("commit A", idempotency: "a", control: true, expected: 1, rotate: Self.second),
+                Self.publish("commit A", idempotency: "a", control: true, expected: 1),
                 Self.publish("commit B", idempotency: "b", control: true, expected: 1),
             ], serverTimeMilliseconds: 2)
         #expect(try race[0].get().envelope.seq == 3)
         #expect(try race[0].get().envelope.control)
-        #expect(try race[0].get().retiredKey == Self.first.publicKey)
         #expect(race[1] == .failure(.conflict(lastControlSeq: 3)))
+        // A rotation and a publish by the old key in one batch: the key
+        // check runs in commit order too (and before the control check).
+        let rotation = try await store.append(
+            [
+                Self.publish("rotate", idempotency: "r", control: true, expected: 3, rotate: Self.second),
+                Self.publish("too late", idempotency: "l", control: true, expected: 3),
+            ], serverTimeMilliseconds: 3)
+        #expect(try rotation[0].get().envelope.seq == 4)
+        #expect(try rotation[0].get().retiredKey == Self.first.publicKey)
+        #expect(rotation[1] == .failure(.accessRevoked(lastReadableSeq: 4)))
         // The old key reads up to the rotation and can no longer write.
         #expect(
             try await store.accessKeyStatus(topic: Self.topic, key: Self.first.publicKey)
-                == .retired(validThrough: 3))
+                == .retired(validThrough: 4))
         #expect(try await store.accessKeyStatus(topic: Self.topic, key: Self.second.publicKey) == .current)
         let stale = try await store.append([Self.publish("late")], serverTimeMilliseconds: 3)
-        #expect(stale == [.failure(.accessRevoked(lastReadableSeq: 3))])
+        #expect(stale == [.failure(.accessRevoked(lastReadableSeq: 4))])
         // A retry of the rotating commit with the old key gets its ack back.
         let retry = try await store.appendAll(
-            [Self.publish("commit A", idempotency: "a", control: true, expected: 1, rotate: Self.second)],
+            [Self.publish("rotate", idempotency: "r", control: true, expected: 3, rotate: Self.second)],
             serverTimeMilliseconds: 4)
-        #expect(retry.map(\.envelope.seq) == [3])
+        #expect(retry.map(\.envelope.seq) == [4])
         #expect(retry.map(\.duplicate) == [true])
         // ...but not with a key the topic never had.
         let foreign = try await store.append(
-            [Self.publish("commit A", key: Self.third, idempotency: "a")], serverTimeMilliseconds: 4)
+            [Self.publish("rotate", key: Self.third, idempotency: "r")], serverTimeMilliseconds: 4)
         #expect(foreign == [.failure(.forbidden("this access key is not one of the topic's"))])
         let next = try await store.appendAll(
-            [Self.publish("next", key: Self.second, control: true, expected: 3)], serverTimeMilliseconds: 5)
-        #expect(next.map(\.envelope.seq) == [4])
+            [Self.publish("next", key: Self.second, control: true, expected: 4)], serverTimeMilliseconds: 5)
+        #expect(next.map(\.envelope.seq) == [5])
         let page = try await store.fetch(topic: Self.topic, after: 0, limit: 10, nowMilliseconds: 0)
-        #expect(page.envelopes.map(\.control) == [true, false, true, true])
-        #expect(page.retiredKeys == [3: Self.first.publicKey])
+        #expect(page.envelopes.map(\.control) == [true, false, true, true, true])
+        #expect(page.retiredKeys == [4: Self.first.publicKey])
         try await store.close()
     }
 
