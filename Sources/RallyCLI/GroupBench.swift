@@ -197,7 +197,7 @@ struct GroupBench: AsyncParsableCommand {
                     topic: topic, payload: payload, idempotencyKey: key, access: access, control: true,
                     expectedControlSeq: afterControl)
             } catch {
-                guard case .refused(code: .rateLimited, _) = error else { throw error }
+                guard case .rateLimited = error else { throw error }
                 try await Task.sleep(for: .milliseconds(250))
                 continue
             }

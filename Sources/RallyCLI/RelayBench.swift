@@ -53,22 +53,24 @@ struct RelayBench: AsyncParsableCommand {
     private func measure(clients count: Int, relayURL: URL) async throws -> Result {
         var logger = Logger(label: "rally.bench")
         logger.logLevel = .error
-        let run = UUID().uuidString.lowercased().prefix(8)
         let perClient = messages
         let payloadSize = payload
         // Each client subscribes to its own topic on one connection and
         // publishes to it on another, so every message crosses the relay.
-        var pairs: [(RelayConnection, RelayConnection, TopicName)] = []
+        // Bench topics are capability topics: each has its own access key
+        // and the id that key founds (docs/adr/0008).
+        var pairs: [(RelayConnection, RelayConnection, TopicName, TopicAccess)] = []
         for index in 0..<count {
             let identity = Identity(displayName: "bench-\(index)")
             let subscriber = try await RelayConnection.connect(to: relayURL, identity: identity, logger: logger)
             let publisher = try await RelayConnection.connect(to: relayURL, identity: identity, logger: logger)
-            pairs.append((subscriber, publisher, try TopicName(validating: "bench/\(run)-\(index)")))
+            let access = try TopicAccess(secret: TopicAccess.newSecret())
+            pairs.append((subscriber, publisher, try TopicName(validating: "bench/\(access.foundedTopicID)"), access))
         }
         let start = DispatchTime.now().uptimeNanoseconds
         let latencies = try await withThrowingTaskGroup(of: [Double].self) { group in
-            for (subscriber, publisher, topic) in pairs {
-                let stream = await subscriber.subscribe(topic: topic, after: 0)
+            for (subscriber, publisher, topic, access) in pairs {
+                let stream = await subscriber.subscribe(topic: topic, after: 0, access: access)
                 group.addTask {
                     var latencies: [Double] = []
                     latencies.reserveCapacity(perClient)
@@ -87,7 +89,8 @@ struct RelayBench: AsyncParsableCommand {
                         let stamp = DispatchTime.now().uptimeNanoseconds
                         withUnsafeBytes(of: stamp) { body.replaceSubrange(0..<8, with: $0) }
                         _ = try await publisher.publish(
-                            topic: topic, payload: body, idempotencyKey: MessageSealing.newMessageID())
+                            topic: topic, payload: body, idempotencyKey: MessageSealing.newMessageID(),
+                            access: access)
                     }
                     return []
                 }
@@ -97,7 +100,7 @@ struct RelayBench: AsyncParsableCommand {
             return all
         }
         let seconds = Double(DispatchTime.now().uptimeNanoseconds - start) / 1_000_000_000
-        for (subscriber, publisher, _) in pairs {
+        for (subscriber, publisher, _, _) in pairs {
             await subscriber.close()
             await publisher.close()
         }
@@ -116,7 +119,13 @@ struct ChildRelay {
         let data = FileManager.default.temporaryDirectory.appendingPathComponent("rally-bench-\(UUID().uuidString)")
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
-        process.arguments = ["relay", "--port", "0", "--data", data.path, "--log-level", "error"]
+        // Every client of a bench runs on loopback: lift the per-address
+        // limits (the per-connection and per-identity ones stay).
+        process.arguments = [
+            "relay", "--port", "0", "--data", data.path, "--log-level", "error",
+            "--publish-rate-per-ip", "1000000", "--publish-burst-per-ip", "1000000",
+            "--max-connections-per-ip", "100000",
+        ]
         let pipe = Pipe()
         process.standardOutput = pipe
         try process.run()

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Logging
+import RallyCrypto
 import RallyRelay
 
 struct RelayCommand: AsyncParsableCommand {
@@ -13,6 +14,32 @@ struct RelayCommand: AsyncParsableCommand {
     @Option(help: "Port to listen on (0 picks a free one).") var port = 8080
     @Option(help: "Directory of the relay's SQLite store.") var data = "rally-data"
     @Option(help: "Log level: trace, debug, info, notice, warning, error.") var logLevel = "info"
+    @Option(
+        help: ArgumentHelp(
+            "The URL clients use to reach this relay (e.g. https://relay.example); signatures are bound to its origin.",
+            discussion: "Without it the relay accepts the origins of its bind address (and localhost/127.0.0.1 on loopback)."))
+    var publicURL: String?
+
+    typealias D = RelayLimits.Defaults
+    @Option(help: "Publishes per second allowed from one IP address (WebSocket and HTTP).")
+    var publishRatePerIp = D.publishRatePerSecondPerIP
+    @Option(help: "Publish burst allowed from one IP address.") var publishBurstPerIp = D.publishBurstPerIP
+    @Option(help: "Publishes per second allowed by one identity.")
+    var publishRatePerIdentity = D.publishRatePerSecondPerIdentity
+    @Option(help: "Publish burst allowed by one identity.") var publishBurstPerIdentity = D.publishBurstPerIdentity
+    @Option(help: "Open WebSocket connections allowed in all.") var maxConnections = D.maxConnections
+    @Option(help: "Open WebSocket connections allowed per IP address.") var maxConnectionsPerIp = D.maxConnectionsPerIP
+    @Option(help: "Seconds a WebSocket may stay silent before it is closed.")
+    var idleTimeoutSeconds = Int(D.idleTimeout.components.seconds)
+    @Option(help: "Payload bytes one inbox may store (0: no limit).") var maxInboxBytes = D.maxInboxBytes
+    @Option(help: "Payload bytes one group or other topic may store (0: no limit).") var maxTopicBytes = D.maxTopicBytes
+    @Option(help: "Days inbox envelopes are kept (0: until they expire).")
+    var inboxRetentionDays = Int(D.inboxRetention.components.seconds / 86_400)
+    @Option(help: "Bytes of publishes waiting for a commit at most.") var maxWriteQueueBytes = D.maxWriteQueueBytes
+    @Option(help: "Payload bytes per backlog page sent to a subscriber.") var backlogPageBytes = D.backlogPageBytes
+    @Option(help: "Publishes per second allowed on one connection.")
+    var publishRatePerConnection = RelayLimits.default.publishRatePerSecond
+    @Option(help: "Publish burst allowed on one connection.") var publishBurstPerConnection = RelayLimits.default.publishBurst
 
     func run() async throws {
         guard (0...65535).contains(port) else { throw ValidationError("--port must be 0...65535") }
@@ -21,8 +48,34 @@ struct RelayCommand: AsyncParsableCommand {
         }
         var logger = Logger(label: "rally.relay")
         logger.logLevel = level
+        var publicURLValue: URL?
+        if let publicURL {
+            guard let url = URL(string: publicURL), RelayOrigin.of(url) != nil else {
+                throw ValidationError("--public-url must be an http(s) URL such as https://relay.example")
+            }
+            publicURLValue = url
+        }
+        guard idleTimeoutSeconds > 0, maxConnections > 0, maxConnectionsPerIp > 0, inboxRetentionDays >= 0,
+            maxInboxBytes >= 0, maxTopicBytes >= 0, maxWriteQueueBytes > 0, backlogPageBytes > 0
+        else { throw ValidationError("limits must be positive (byte quotas and retention may be 0: none)") }
+        var limits = RelayLimits.default
+        limits.publishRatePerSecondPerIP = publishRatePerIp
+        limits.publishBurstPerIP = publishBurstPerIp
+        limits.publishRatePerSecondPerIdentity = publishRatePerIdentity
+        limits.publishBurstPerIdentity = publishBurstPerIdentity
+        limits.publishRatePerSecond = publishRatePerConnection
+        limits.publishBurst = publishBurstPerConnection
+        limits.maxConnections = maxConnections
+        limits.maxConnectionsPerIP = maxConnectionsPerIp
+        limits.idleTimeout = .seconds(idleTimeoutSeconds)
+        limits.maxInboxBytes = maxInboxBytes
+        limits.maxTopicBytes = maxTopicBytes
+        limits.inboxRetention = .seconds(inboxRetentionDays * 86_400)
+        limits.maxWriteQueueBytes = maxWriteQueueBytes
+        limits.backlogPageBytes = backlogPageBytes
         let configuration = RelayConfiguration(
-            host: host, port: port, dataDirectory: URL(fileURLWithPath: data))
+            host: host, port: port, dataDirectory: URL(fileURLWithPath: data), limits: limits,
+            publicURL: publicURLValue)
         try await RelayMain.run(configuration: configuration, logger: logger)
     }
 }

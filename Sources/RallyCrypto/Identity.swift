@@ -44,11 +44,12 @@ public struct Identity: Sendable {
         (try? signingKey.signature(for: domain.bytes(payload))) ?? Data()
     }
 
-    /// The relay's `Authenticate` answer to a challenge nonce.
-    public func authenticate(challengeNonce: Data) -> WireAuthenticate {
+    /// The relay's `Authenticate` answer to a challenge nonce, bound to the
+    /// relay's origin (`RelayOrigin`) so it is worthless on another relay.
+    public func authenticate(challengeNonce: Data, origin: String) -> WireAuthenticate {
         var auth = WireAuthenticate()
         auth.signingPublicKey = signingKey.publicKey.rawRepresentation
-        auth.signature = sign(.relayAuth, challengeNonce)
+        auth.signature = sign(.relayAuth, RelayAuthentication.signedBytes(origin: origin, challengeNonce: challengeNonce))
         return auth
     }
 
@@ -152,16 +153,30 @@ public struct PublicIdentity: Sendable, Hashable {
 
 /// The relay side of authentication.
 public enum RelayAuthentication {
+    /// What an `Authenticate` signature covers (after the domain): the
+    /// relay's origin and the challenge nonce, each length-prefixed.
+    public static func signedBytes(origin: String, challengeNonce: Data) -> Data {
+        lengthPrefixed([Data(origin.utf8), challengeNonce])
+    }
+
     /// Checks an `Authenticate` frame against the nonce the relay sent and
-    /// returns the inbox id it proves ownership of.
-    public static func verify(_ auth: WireAuthenticate, challengeNonce: Data) throws(RallyCryptoError) -> InboxID {
+    /// any of the origins the relay answers to, and returns the inbox id it
+    /// proves ownership of.
+    public static func verify(
+        _ auth: WireAuthenticate, challengeNonce: Data, origins: [String]
+    ) throws(RallyCryptoError) -> InboxID {
         let key: Curve25519.Signing.PublicKey
         do {
             key = try Curve25519.Signing.PublicKey(rawRepresentation: auth.signingPublicKey)
         } catch {
             throw .invalidPublicKey("authentication key must be 32 bytes")
         }
-        guard key.isValidSignature(auth.signature, for: SigningDomain.relayAuth.bytes(challengeNonce)) else {
+        let valid = origins.contains { origin in
+            key.isValidSignature(
+                auth.signature,
+                for: SigningDomain.relayAuth.bytes(signedBytes(origin: origin, challengeNonce: challengeNonce)))
+        }
+        guard valid else {
             throw .invalidSignature("authentication challenge")
         }
         return InboxID(signingPublicKey: auth.signingPublicKey)

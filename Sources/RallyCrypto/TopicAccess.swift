@@ -59,13 +59,7 @@ public struct TopicAccess: Sendable {
     /// this connection's challenge, so a proof can neither be replayed on
     /// another connection nor passed through to another relay.
     public static func connectionProofBytes(origin: String, challengeNonce: Data, topic: String) -> Data {
-        var data = Data()
-        for part in [Data(origin.utf8), challengeNonce, Data(topic.utf8)] {
-            var length = UInt32(part.count).bigEndian
-            data.append(Data(bytes: &length, count: 4))
-            data.append(part)
-        }
-        return SigningDomain.topicAccess.bytes(data)
+        SigningDomain.topicAccess.bytes(lengthPrefixed([Data(origin.utf8), challengeNonce, Data(topic.utf8)]))
     }
 
     public func connectionProof(origin: String, challengeNonce: Data, topic: String) -> WireTopicProof {

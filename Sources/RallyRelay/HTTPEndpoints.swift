@@ -1,5 +1,6 @@
 import Foundation
 import Hummingbird
+import HTTPTypes
 import HummingbirdWebSocket
 import RallyCrypto
 import RallyWire
@@ -10,7 +11,7 @@ import RallyWire
 enum HTTPEndpoints {
     static let protobufContentType = "application/x-protobuf"
 
-    static func addRoutes(to router: Router<BasicWebSocketRequestContext>, services: RelayServices) {
+    static func addRoutes(to router: Router<RelayRequestContext>, services: RelayServices) {
         router.get("/healthz") { _, _ in
             Response(
                 status: .ok, headers: [.contentType: "text/plain; charset=utf-8"],
@@ -21,9 +22,9 @@ enum HTTPEndpoints {
                 status: .ok, headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"],
                 body: .init(byteBuffer: ByteBuffer(string: services.metrics.exposition())))
         }
-        router.post("/v1/publish") { request, _ in
+        router.post("/v1/publish") { request, context in
             await respond(services) { () async throws(RelayFailure) -> Data in
-                FrameCodec.encode(try await publish(request, services: services))
+                FrameCodec.encode(try await publish(request, remoteIP: context.remoteIP, services: services))
             }
         }
         router.get("/v1/topics/{kind}/{id}") { request, context in
@@ -43,19 +44,12 @@ enum HTTPEndpoints {
                 return FrameCodec.encode(try await services.putKeyBundle(bundle))
             }
         }
-        router.get("/join/{slug}") { request, context in
-            let host = request.head.authority ?? "localhost"
-            var headers = JoinPage.headers
-            switch JoinPage.render(slug: context.parameters.get("slug") ?? "", host: host) {
-            case .page(let html):
-                return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(string: html)))
-            case .badSlug(let reason):
-                headers[.contentType] = "text/plain; charset=utf-8"
-                return Response(
-                    status: .badRequest, headers: headers,
-                    body: .init(byteBuffer: ByteBuffer(string: "This is not a Rally invite link: \(reason).")))
-            }
-        }
+        // One static page for `/join#<slug>` and the old `/join/<slug>`:
+        // the slug is never echoed (ADR 0008, "Join page").
+        let joinPage = Response(
+            status: .ok, headers: JoinPage.headers, body: .init(byteBuffer: ByteBuffer(string: JoinPage.html)))
+        router.get("/join") { _, _ in joinPage }
+        router.get("/join/{slug}") { _, _ in joinPage }
         router.get("/v1/keys/{inboxID}") { _, context in
             await respond(services) { () async throws(RelayFailure) -> Data in
                 FrameCodec.encode(try await services.keyBundle(inboxID: context.parameters.get("inboxID") ?? ""))
@@ -64,15 +58,27 @@ enum HTTPEndpoints {
     }
 
     private static func publish(
-        _ request: Request, services: RelayServices
+        _ request: Request, remoteIP: String, services: RelayServices
     ) async throws(RelayFailure)
         -> WirePublishAck
     {
-        let publish = try await decodeBody(request, limit: WireLimits.maxFrameBytes) {
-            data throws(FrameDecodingError) in
-            try FrameCodec.decode(WirePublish.self, from: data, limit: WireLimits.maxFrameBytes)
+        let body = try await readBody(request, limit: WireLimits.maxFrameBytes)
+        let publish: WirePublish
+        do {
+            publish = try FrameCodec.decode(WirePublish.self, from: body, limit: WireLimits.maxFrameBytes)
+        } catch {
+            switch error {
+            case .tooLarge: throw RelayFailure(.frameTooLarge, error.description)
+            case .empty, .malformed: throw RelayFailure(.malformedFrame, error.description)
+            }
         }
-        let validated = try services.validatePublish(publish)
+        let topic = try services.validateTopic(publish.topic, forCapability: true)
+        var accessKey: Data?
+        if topic.kind != .inbox {
+            accessKey = try verifyTopicProof(request, body: body, topic: topic, services: services)
+        }
+        let validated = try services.validatePublish(publish, accessKey: accessKey)
+        try services.checkPublishRate(ip: remoteIP, identity: nil, topic: validated.topic)
         switch await services.writer.publish(validated) {
         case .success(let appended): return appended.ack
         case .failure(var failure):
@@ -86,9 +92,15 @@ enum HTTPEndpoints {
     )
         async throws(RelayFailure) -> WireFetchResponse
     {
-        let topic = try services.validateTopic(kind + "/" + id)
+        let topic = try services.validateTopic(kind + "/" + id, forCapability: true)
+        var bound: UInt64?
+        var accessKey: Data?
         if topic.kind == .inbox {
             try authorizeInboxRead(request, topic: topic, services: services)
+        } else {
+            let key = try verifyTopicProof(request, body: Data(), topic: topic, services: services)
+            accessKey = key
+            bound = try await services.readBound(topic: topic, key: key)
         }
         let query = request.uri.queryParameters
         let after = try number(query["after"], name: "after", default: UInt64(0))
@@ -97,11 +109,12 @@ enum HTTPEndpoints {
         let limit = Int(clamping: min(max(requestedLimit, 1), UInt64(limits.maxFetchLimit)))
         let waitSeconds = try number(query["wait"], name: "wait", default: UInt64(0))
         let wait = min(Duration.seconds(Int64(clamping: waitSeconds)), limits.maxLongPollWait)
+        if let bound, after >= bound { throw revoked(topic.rawValue, bound) }
 
         // Registered before the first read, so an envelope committed between
         // the read and the wait still wakes the poll.
         let waiter = wait > .zero ? await services.hub.subscribe(topic: topic.rawValue, capacity: 1) : nil
-        do {
+        do throws(RelayFailure) {
             var result = try await read(topic.rawValue, after: after, limit: limit, services: services)
             if let waiter, result.envelopes.isEmpty {
                 await waitForFirst(of: waiter, timeout: wait)
@@ -109,8 +122,15 @@ enum HTTPEndpoints {
             }
             if let waiter { await services.hub.unsubscribe(waiter.id) }
             var response = WireFetchResponse()
-            response.envelopes = result.envelopes
-            response.headSeq = result.headSeq
+            // A retired key reads up to its last seq (and a rotation in this
+            // page that retires it sets that seq).
+            for envelope in result.envelopes {
+                if let bound, envelope.seq > bound { break }
+                response.envelopes.append(envelope)
+                if bound == nil, let accessKey, result.retiredKeys[envelope.seq] == accessKey { bound = envelope.seq }
+            }
+            if let bound, response.envelopes.isEmpty, result.headSeq >= bound { throw revoked(topic.rawValue, bound) }
+            response.headSeq = bound.map { min($0, result.headSeq) } ?? result.headSeq
             return response
         } catch {
             if let waiter { await services.hub.unsubscribe(waiter.id) }
@@ -125,7 +145,8 @@ enum HTTPEndpoints {
     {
         do {
             return try await services.store.fetch(
-                topic: topic, after: after, limit: limit, nowMilliseconds: services.clock.nowMilliseconds)
+                topic: topic, after: after, limit: limit, maxBytes: services.limits.backlogPageBytes,
+                nowMilliseconds: services.clock.nowMilliseconds)
         } catch {
             services.logger.error("fetch failed", metadata: ["topic": "\(topic)", "error": "\(error)"])
             throw RelayFailure(.internal, "could not read the topic", topic: topic)
@@ -137,7 +158,7 @@ enum HTTPEndpoints {
     private static func waitForFirst(of subscription: TopicHub.Subscription, timeout: Duration) async {
         await withTaskGroup(of: Void.self) { group in
             group.addTask {
-                for await _ in subscription.envelopes { return }
+                for await _ in subscription.items { return }
             }
             group.addTask {
                 try? await Task.sleep(for: timeout)
@@ -145,6 +166,55 @@ enum HTTPEndpoints {
             await group.next()
             group.cancelAll()
         }
+    }
+
+    private static func revoked(_ topic: String, _ bound: UInt64) -> RelayFailure {
+        RelayFailure(
+            .accessRevoked, "this access key was replaced; it may read up to seq \(bound)", topic: topic, seq: bound)
+    }
+
+    static let topicProofField = HTTPField.Name(HTTPAuthorization.topicProofHeader)!
+
+    /// The request binding for `origin`; the header supplies time and nonce.
+    private static func binding(_ request: Request, body: Data, origin: String) -> HTTPRequestBinding {
+        HTTPRequestBinding(
+            origin: origin, method: request.method.rawValue, path: request.uri.path, query: request.uri.query ?? "",
+            body: body, millis: 0, nonce: Data())
+    }
+
+    /// Tries each origin the relay answers to; the first that verifies wins.
+    private static func verifyBound<T>(
+        _ request: Request, body: Data, services: RelayServices, topic: String,
+        _ verify: (HTTPRequestBinding) throws(RallyCryptoError) -> T
+    ) throws(RelayFailure) -> T {
+        var lastError = RallyCryptoError.invalidSignature("request")
+        for origin in services.origins.current {
+            do {
+                return try verify(binding(request, body: body, origin: origin))
+            } catch {
+                lastError = error
+                if case .invalidSignature = error { continue }
+                break
+            }
+        }
+        throw RelayFailure(.authenticationFailed, lastError.description, topic: topic)
+    }
+
+    /// Checks `Rally-Topic-Proof` and returns its (verified) access key.
+    private static func verifyTopicProof(
+        _ request: Request, body: Data, topic: TopicName, services: RelayServices
+    ) throws(RelayFailure) -> Data {
+        guard let header = request.headers[topicProofField] else {
+            throw RelayFailure(
+                .forbidden, "this topic needs a \(HTTPAuthorization.topicProofHeader) header", topic: topic.rawValue)
+        }
+        let now = services.clock.now
+        let verified = try verifyBound(request, body: body, services: services, topic: topic.rawValue) {
+            binding throws(RallyCryptoError) in
+            try HTTPAuthorization.verifyTopicProof(header: header, binding: binding, now: now)
+        }
+        try services.rememberNonce(verified, topic: topic.rawValue)
+        return verified.key
     }
 
     private static func authorizeInboxRead(
@@ -156,13 +226,12 @@ enum HTTPEndpoints {
             throw RelayFailure(
                 .notAuthenticated, "reading an inbox needs an Authorization header", topic: topic.rawValue)
         }
-        let reader: InboxID
-        do {
-            reader = try HTTPAuthorization.verify(
-                header: header, method: "GET", path: request.uri.path, now: services.clock.now)
-        } catch {
-            throw RelayFailure(.authenticationFailed, error.description, topic: topic.rawValue)
+        let now = services.clock.now
+        let (reader, verified) = try verifyBound(request, body: Data(), services: services, topic: topic.rawValue) {
+            binding throws(RallyCryptoError) in
+            try HTTPAuthorization.verify(header: header, binding: binding, now: now)
         }
+        try services.rememberNonce(verified, topic: topic.rawValue)
         guard reader.rawValue == topic.id else {
             throw RelayFailure(.forbidden, "only its owner may read an inbox", topic: topic.rawValue)
         }
@@ -176,21 +245,24 @@ enum HTTPEndpoints {
         return parsed
     }
 
-    /// Reads a body of at most `limit` bytes and decodes it with `decode`.
-    private static func decodeBody<M>(
-        _ request: Request, limit: Int, _ decode: (Data) throws(FrameDecodingError) -> M
-    ) async throws(RelayFailure) -> M {
+    private static func readBody(_ request: Request, limit: Int) async throws(RelayFailure) -> Data {
         var request = request
-        let buffer: ByteBuffer
         do {
-            buffer = try await request.collectBody(upTo: limit)
+            return Data(try await request.collectBody(upTo: limit).readableBytesView)
         } catch let error as HTTPError where error.status == .contentTooLarge {
             throw RelayFailure(.frameTooLarge, "request body exceeds \(limit) bytes")
         } catch {
             throw RelayFailure(.malformedFrame, "could not read the request body")
         }
+    }
+
+    /// Reads a body of at most `limit` bytes and decodes it with `decode`.
+    private static func decodeBody<M>(
+        _ request: Request, limit: Int, _ decode: (Data) throws(FrameDecodingError) -> M
+    ) async throws(RelayFailure) -> M {
+        let body = try await readBody(request, limit: limit)
         do {
-            return try decode(Data(buffer.readableBytesView))
+            return try decode(body)
         } catch {
             switch error {
             case .tooLarge: throw RelayFailure(.frameTooLarge, error.description)

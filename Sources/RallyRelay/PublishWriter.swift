@@ -18,16 +18,20 @@ actor PublishWriter {
     private let clock: any RelayClock
     private let metrics: RelayMetrics
     private let maxBatch: Int
+    private let maxQueueBytes: Int
     private let logger: Logger
 
     private var queue: [Pending] = []
+    /// Bytes of the publishes waiting in `queue`.
+    private(set) var queuedBytes = 0
     private var flushTask: Task<Void, Never>?
     private var isClosed = false
 
     init(
         store: any RelayStore, hub: TopicHub, clock: any RelayClock, metrics: RelayMetrics, maxBatch: Int,
-        logger: Logger
+        maxQueueBytes: Int = RelayLimits.default.maxWriteQueueBytes, logger: Logger
     ) {
+        self.maxQueueBytes = max(1, maxQueueBytes)
         self.store = store
         self.hub = hub
         self.clock = clock
@@ -44,6 +48,17 @@ actor PublishWriter {
             completion(.failure(RelayFailure(.shuttingDown, "the relay is shutting down")))
             return
         }
+        let size = request.queuedBytes
+        // Bounded by bytes, not only by count: a burst of large publishes
+        // must not hold unbounded memory while a commit is slow.
+        guard queue.isEmpty || queuedBytes + size <= maxQueueBytes else {
+            completion(
+                .failure(
+                    RelayFailure(
+                        .rateLimited, "the relay's write queue is full", retryAfterMilliseconds: Self.queueFullRetry)))
+            return
+        }
+        queuedBytes += size
         queue.append(Pending(request: request, completion: completion))
         if flushTask == nil {
             // Unstructured on purpose: a publisher that goes away must not
@@ -51,6 +66,8 @@ actor PublishWriter {
             flushTask = Task { await self.flushLoop() }
         }
     }
+
+    static let queueFullRetry: UInt64 = 100
 
     func publish(_ request: PublishRequest) async -> Result<AppendResult, RelayFailure> {
         await withCheckedContinuation { continuation in
@@ -72,6 +89,7 @@ actor PublishWriter {
             let count = min(maxBatch, queue.count)
             let batch = Array(queue.prefix(count))
             queue.removeFirst(count)
+            queuedBytes -= batch.reduce(0) { $0 + $1.request.queuedBytes }
             await commit(batch)
         }
         flushTask = nil
@@ -79,7 +97,7 @@ actor PublishWriter {
 
     private func commit(_ batch: [Pending]) async {
         let started = ContinuousClock.now
-        let result: Result<[AppendResult], any Error>
+        let result: Result<[Result<AppendResult, AppendRefusal>], any Error>
         do {
             result = .success(
                 try await store.append(batch.map(\.request), serverTimeMilliseconds: clock.nowMilliseconds))
@@ -90,13 +108,16 @@ actor PublishWriter {
         metrics.commitBatchSize.record(Double(batch.count))
         switch result {
         case .success(let results):
-            let fresh = results.filter { !$0.duplicate }.map(\.envelope)
+            let stored = results.compactMap { try? $0.get() }
+            let fresh = stored.filter { !$0.duplicate }.map { TopicHub.Item(envelope: $0.envelope, retiredKey: $0.retiredKey) }
             metrics.publishes.increment(by: Int64(fresh.count))
-            metrics.duplicates.increment(by: Int64(results.count - fresh.count))
+            metrics.duplicates.increment(by: Int64(stored.count - fresh.count))
             // Live subscribers get the envelopes before publishers get acks,
             // so an ack implies the envelope is visible everywhere.
-            await hub.deliver(fresh)
-            for (pending, appended) in zip(batch, results) { pending.completion(.success(appended)) }
+            await hub.deliver(items: fresh)
+            for (pending, appended) in zip(batch, results) {
+                pending.completion(appended.mapError { RelayFailure($0, topic: pending.request.topic) })
+            }
         case .failure(let error):
             logger.error("commit failed", metadata: ["error": "\(error)", "batch": "\(batch.count)"])
             for pending in batch {

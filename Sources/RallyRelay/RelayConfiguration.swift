@@ -1,4 +1,5 @@
 import Foundation
+import RallyCrypto
 import RallyWire
 
 /// Where and how a relay runs.
@@ -9,20 +10,40 @@ public struct RelayConfiguration: Sendable {
     /// Holds `relay.sqlite`; created when missing.
     public var dataDirectory: URL
     public var limits: RelayLimits
+    /// The URL clients reach this relay at (behind a proxy or TLS
+    /// terminator). Signatures are bound to its origin; nil: the origins of
+    /// the bind address (with `localhost` and `127.0.0.1` for a loopback one).
+    public var publicURL: URL?
 
     public init(
         host: String = "127.0.0.1",
         port: Int = 8080,
         dataDirectory: URL = URL(fileURLWithPath: "rally-data"),
-        limits: RelayLimits = .default
+        limits: RelayLimits = .default,
+        publicURL: URL? = nil
     ) {
         self.host = host
         self.port = port
         self.dataDirectory = dataDirectory
         self.limits = limits
+        self.publicURL = publicURL
     }
 
     var storeURL: URL { dataDirectory.appendingPathComponent("relay.sqlite") }
+
+    /// The origins signatures may be bound to, once the port is known.
+    public func origins(boundPort: Int) -> [String] {
+        if let publicURL, let origin = RelayOrigin.of(publicURL) { return [origin] }
+        let host = self.host.lowercased()
+        let loopback = ["127.0.0.1", "localhost", "::1", "[::1]"]
+        var hosts = [host.contains(":") && !host.hasPrefix("[") ? "[\(host)]" : host]
+        if loopback.contains(host) { hosts += ["127.0.0.1", "localhost", "[::1]"] }
+        var origins: [String] = []
+        for candidate in hosts where !origins.contains("http://\(candidate):\(boundPort)") {
+            origins.append("http://\(candidate):\(boundPort)")
+        }
+        return origins
+    }
 }
 
 /// Every quota and timeout the relay enforces. The defaults are the
@@ -58,6 +79,32 @@ public struct RelayLimits: Sendable, Equatable {
     /// `WireLimits.maxFrameBytes` and this size are answered with a typed
     /// FRAME_TOO_LARGE; anything bigger is refused by the transport itself.
     public var transportMaxFrameBytes: Int
+    /// Sustained publishes per second from one IP address, over WebSocket
+    /// and HTTP together.
+    public var publishRatePerSecondPerIP: Double
+    public var publishBurstPerIP: Double
+    /// Sustained publishes per second by one authenticated identity, over
+    /// all its connections.
+    public var publishRatePerSecondPerIdentity: Double
+    public var publishBurstPerIdentity: Double
+    /// Open WebSocket connections at most, in all and per IP address.
+    public var maxConnections: Int
+    public var maxConnectionsPerIP: Int
+    /// A WebSocket that sends nothing for this long is closed.
+    public var idleTimeout: Duration
+    /// Payload bytes one inbox may store (0: no limit).
+    public var maxInboxBytes: Int64
+    /// Payload bytes one capability topic may store (0: no limit).
+    public var maxTopicBytes: Int64
+    /// Inbox envelopes older than this are deleted (.zero: kept until they
+    /// expire).
+    public var inboxRetention: Duration
+    /// Bytes of publishes waiting for the next commit at most.
+    public var maxWriteQueueBytes: Int
+    /// Payload bytes per backlog page (past its first envelope).
+    public var backlogPageBytes: Int
+    /// HTTP signature nonces remembered at most (for the signature window).
+    public var maxRememberedNonces: Int
 
     public init(
         publishRatePerSecond: Double = 200,
@@ -72,8 +119,34 @@ public struct RelayLimits: Sendable, Equatable {
         maxLongPollWait: Duration = .seconds(30),
         maxCommitBatch: Int = 512,
         pruneInterval: Duration = .seconds(60),
-        transportMaxFrameBytes: Int = 2 * WireLimits.maxFrameBytes
+        transportMaxFrameBytes: Int = 2 * WireLimits.maxFrameBytes,
+        publishRatePerSecondPerIP: Double = Defaults.publishRatePerSecondPerIP,
+        publishBurstPerIP: Double = Defaults.publishBurstPerIP,
+        publishRatePerSecondPerIdentity: Double = Defaults.publishRatePerSecondPerIdentity,
+        publishBurstPerIdentity: Double = Defaults.publishBurstPerIdentity,
+        maxConnections: Int = Defaults.maxConnections,
+        maxConnectionsPerIP: Int = Defaults.maxConnectionsPerIP,
+        idleTimeout: Duration = Defaults.idleTimeout,
+        maxInboxBytes: Int64 = Defaults.maxInboxBytes,
+        maxTopicBytes: Int64 = Defaults.maxTopicBytes,
+        inboxRetention: Duration = Defaults.inboxRetention,
+        maxWriteQueueBytes: Int = Defaults.maxWriteQueueBytes,
+        backlogPageBytes: Int = Defaults.backlogPageBytes,
+        maxRememberedNonces: Int = Defaults.maxRememberedNonces
     ) {
+        self.publishRatePerSecondPerIP = publishRatePerSecondPerIP
+        self.publishBurstPerIP = publishBurstPerIP
+        self.publishRatePerSecondPerIdentity = publishRatePerSecondPerIdentity
+        self.publishBurstPerIdentity = publishBurstPerIdentity
+        self.maxConnections = maxConnections
+        self.maxConnectionsPerIP = maxConnectionsPerIP
+        self.idleTimeout = idleTimeout
+        self.maxInboxBytes = maxInboxBytes
+        self.maxTopicBytes = maxTopicBytes
+        self.inboxRetention = inboxRetention
+        self.maxWriteQueueBytes = maxWriteQueueBytes
+        self.backlogPageBytes = backlogPageBytes
+        self.maxRememberedNonces = maxRememberedNonces
         self.publishRatePerSecond = publishRatePerSecond
         self.publishBurst = publishBurst
         self.authTimeout = authTimeout
@@ -90,6 +163,24 @@ public struct RelayLimits: Sendable, Equatable {
     }
 
     public static let `default` = RelayLimits()
+
+    /// The production defaults of the limits added with issue 8, named so
+    /// the CLI flags and the ADR quote the same numbers.
+    public enum Defaults {
+        public static let publishRatePerSecondPerIP: Double = 400
+        public static let publishBurstPerIP: Double = 800
+        public static let publishRatePerSecondPerIdentity: Double = 200
+        public static let publishBurstPerIdentity: Double = 400
+        public static let maxConnections = 10_000
+        public static let maxConnectionsPerIP = 64
+        public static let idleTimeout: Duration = .seconds(300)
+        public static let maxInboxBytes: Int64 = 64 << 20
+        public static let maxTopicBytes: Int64 = 256 << 20
+        public static let inboxRetention: Duration = .seconds(30 * 86_400)
+        public static let maxWriteQueueBytes = 64 << 20
+        public static let backlogPageBytes = 1 << 20
+        public static let maxRememberedNonces = 100_000
+    }
 
     var authTimeoutMilliseconds: UInt32 { UInt32(clamping: authTimeout.milliseconds) }
 }

@@ -2,6 +2,7 @@ import Foundation
 import Hummingbird
 import HummingbirdWebSocket
 import Logging
+import NIOCore
 import RallyWire
 import ServiceLifecycle
 
@@ -18,16 +19,20 @@ public final class RelayServer: Service, Sendable {
         self.logger = logger
         let store = try SQLiteRelayStore(url: configuration.storeURL)
         services = RelayServices(
-            store: store, clock: clock, limits: configuration.limits, metrics: RelayMetrics(), logger: logger)
+            store: store, clock: clock, limits: configuration.limits, metrics: RelayMetrics(), logger: logger,
+            origins: configuration.origins(boundPort: configuration.port))
     }
+
+    /// The origins authentication and topic proofs are bound to.
+    public var origins: [String] { services.origins.current }
 
     /// Runs until graceful shutdown or cancellation. On the way out it stops
     /// accepting, lets the commits in flight finish, then closes the store.
     public func run() async throws {
         let services = services
-        let router = Router(context: BasicWebSocketRequestContext.self)
+        let router = Router(context: RelayRequestContext.self)
         HTTPEndpoints.addRoutes(to: router, services: services)
-        let webSocketRouter = Router(context: BasicWebSocketRequestContext.self)
+        let webSocketRouter = Router(context: RelayRequestContext.self)
         WebSocketEndpoint.addRoute(to: webSocketRouter, services: services)
         let listening = listening
         let app = Application(
@@ -39,8 +44,10 @@ public final class RelayServer: Service, Sendable {
                         maxFrameSize: configuration.limits.transportMaxFrameBytes,
                         closeTimeout: .seconds(5)))),
             configuration: .init(address: .hostname(configuration.host, port: configuration.port)),
-            onServerRunning: { channel in
-                await listening.fulfill(port: channel.localAddress?.port ?? 0)
+            onServerRunning: { [configuration] channel in
+                let port = channel.localAddress?.port ?? 0
+                services.origins.current = configuration.origins(boundPort: port)
+                await listening.fulfill(port: port)
             },
             logger: logger
         )
@@ -95,7 +102,10 @@ public final class RelayServer: Service, Sendable {
 
     static func prune(services: RelayServices) async {
         do {
-            let deleted = try await services.store.deleteExpired(nowMilliseconds: services.clock.nowMilliseconds)
+            let now = services.clock.nowMilliseconds
+            let retention = services.limits.inboxRetention.milliseconds
+            let deleted = try await services.store.deleteExpired(
+                nowMilliseconds: now, inboxCutoffMilliseconds: retention > 0 ? now - retention : 0)
             services.metrics.prunedEnvelopes.increment(by: Int64(deleted))
         } catch {
             services.logger.error("pruning expired envelopes failed", metadata: ["error": "\(error)"])
@@ -128,4 +138,20 @@ actor ListeningSignal {
         for waiter in waiters { waiter.resume(with: outcome) }
         waiters.removeAll()
     }
+}
+
+/// The request context of both routers: Hummingbird's WebSocket context
+/// plus the peer address the per-IP limits key on.
+struct RelayRequestContext: RequestContext, WebSocketRequestContext {
+    var coreContext: CoreRequestContextStorage
+    let webSocket: WebSocketHandlerReference<RelayRequestContext>
+    let remoteAddress: SocketAddress?
+
+    init(source: ApplicationRequestContextSource) {
+        coreContext = .init(source: source)
+        webSocket = .init()
+        remoteAddress = source.channel.remoteAddress
+    }
+
+    var remoteIP: String { remoteAddress?.ipAddress ?? "unknown" }
 }

@@ -12,9 +12,26 @@ struct RelayServices: Sendable {
     let limits: RelayLimits
     let metrics: RelayMetrics
     let logger: Logger
+    /// The origins authentication and proofs are bound to.
+    let origins: OriginSet
+    let ipRates: KeyedRateLimiter
+    let identityRates: KeyedRateLimiter
+    let connections: ConnectionTracker
+    let nonces: NonceCache
 
-    init(store: any RelayStore, clock: any RelayClock, limits: RelayLimits, metrics: RelayMetrics, logger: Logger) {
+    init(
+        store: any RelayStore, clock: any RelayClock, limits: RelayLimits, metrics: RelayMetrics, logger: Logger,
+        origins: [String] = ["http://127.0.0.1:8080"]
+    ) {
         let hub = TopicHub()
+        self.origins = OriginSet(origins)
+        ipRates = KeyedRateLimiter(ratePerSecond: limits.publishRatePerSecondPerIP, burst: limits.publishBurstPerIP)
+        identityRates = KeyedRateLimiter(
+            ratePerSecond: limits.publishRatePerSecondPerIdentity, burst: limits.publishBurstPerIdentity)
+        connections = ConnectionTracker(maxTotal: limits.maxConnections, maxPerIP: limits.maxConnectionsPerIP)
+        nonces = NonceCache(
+            capacity: limits.maxRememberedNonces,
+            lifetimeMilliseconds: Int64(HTTPAuthorization.window * 1000) + 1)
         self.store = store
         self.hub = hub
         self.clock = clock
@@ -22,7 +39,8 @@ struct RelayServices: Sendable {
         self.metrics = metrics
         self.logger = logger
         self.writer = PublishWriter(
-            store: store, hub: hub, clock: clock, metrics: metrics, maxBatch: limits.maxCommitBatch, logger: logger)
+            store: store, hub: hub, clock: clock, metrics: metrics, maxBatch: limits.maxCommitBatch,
+            maxQueueBytes: limits.maxWriteQueueBytes, logger: logger)
     }
 
     func validateTopic(_ raw: String) throws(RelayFailure) -> TopicName {
@@ -33,10 +51,74 @@ struct RelayServices: Sendable {
         }
     }
 
+    /// Validates a topic name; a capability topic's id must be 64 lowercase
+    /// hex digits (it names its first access key).
+    func validateTopic(_ raw: String, forCapability: Bool) throws(RelayFailure) -> TopicName {
+        let topic = try validateTopic(raw)
+        if topic.kind != .inbox {
+            let isHex = topic.id.utf8.count == 64
+                && topic.id.utf8.allSatisfy { (48...57).contains($0) || (97...102).contains($0) }
+            guard isHex else {
+                throw RelayFailure(
+                    .invalidTopic, "the id of a \(topic.rawValue.prefix { $0 != "/" }) topic is 64 lowercase hex digits",
+                    topic: topic.rawValue)
+            }
+        }
+        return topic
+    }
+
+    /// Publish rate limits shared across connections and transports: per IP
+    /// address and, when authenticated, per identity.
+    func checkPublishRate(ip: String, identity: InboxID?, topic: String) throws(RelayFailure) {
+        let now = clock.monotonic
+        if case .limited(let retryAfter) = ipRates.take(ip, now: now) {
+            throw RelayFailure(
+                .rateLimited, "too many publishes from this address", topic: topic,
+                retryAfterMilliseconds: retryAfter)
+        }
+        if let identity, case .limited(let retryAfter) = identityRates.take(identity.rawValue, now: now) {
+            throw RelayFailure(
+                .rateLimited, "too many publishes by this identity", topic: topic, retryAfterMilliseconds: retryAfter)
+        }
+    }
+
+    /// How far `key` may read `topic`: nil for no bound (the current key, or
+    /// the key that founds a topic not created yet), else its last seq.
+    func readBound(topic: TopicName, key: Data) async throws(RelayFailure) -> UInt64? {
+        let status: AccessKeyStatus
+        do {
+            status = try await store.accessKeyStatus(topic: topic.rawValue, key: key)
+        } catch {
+            logger.error("reading access keys failed", metadata: ["topic": "\(topic)", "error": "\(error)"])
+            throw RelayFailure(.internal, "could not read the topic", topic: topic.rawValue)
+        }
+        switch status {
+        case .current: return nil
+        case .retired(let validThrough): return validThrough
+        case .unknown: throw RelayFailure(.forbidden, "this access key is not one of the topic's", topic: topic.rawValue)
+        case .unregistered:
+            guard TopicAccess.topicID(firstAccessKey: key) == topic.id else {
+                throw RelayFailure(.forbidden, "this access key does not found the topic's id", topic: topic.rawValue)
+            }
+            return nil
+        }
+    }
+
+    /// Checks an HTTP signature's nonce against replays.
+    func rememberNonce(_ verified: HTTPAuthorization.Verified, topic: String) throws(RelayFailure) {
+        switch nonces.remember(verified.nonce, signedAt: verified.millis, now: clock.nowMilliseconds) {
+        case .fresh: return
+        case .replayed: throw RelayFailure(.authenticationFailed, "this signed request was already used", topic: topic)
+        case .full:
+            throw RelayFailure(
+                .rateLimited, "too many signed requests; try again", topic: topic, retryAfterMilliseconds: 1000)
+        }
+    }
+
     /// The checks every publish passes before it reaches the writer, on any
-    /// transport.
-    func validatePublish(_ publish: WirePublish) throws(RelayFailure) -> PublishRequest {
-        let topic = try validateTopic(publish.topic)
+    /// transport. `accessKey` is the key of a proof the caller verified.
+    func validatePublish(_ publish: WirePublish, accessKey: Data?) throws(RelayFailure) -> PublishRequest {
+        let topic = try validateTopic(publish.topic, forCapability: true)
         guard publish.payload.count <= WireLimits.maxPayloadBytes else {
             throw RelayFailure(
                 .payloadTooLarge,
@@ -51,7 +133,25 @@ struct RelayServices: Sendable {
         guard publish.expiresAtMs >= 0 else {
             throw RelayFailure(.invalidRequest, "expires_at_ms must not be negative", topic: topic.rawValue)
         }
-        return PublishRequest(publish)
+        if !publish.rotateAccessKey.isEmpty {
+            guard publish.control else {
+                throw RelayFailure(
+                    .invalidRequest, "rotate_access_key is only allowed on a control publish", topic: topic.rawValue)
+            }
+            guard publish.rotateAccessKey.count == 32 else {
+                throw RelayFailure(.invalidRequest, "rotate_access_key is 32 bytes", topic: topic.rawValue)
+            }
+        }
+        if topic.kind == .inbox {
+            guard !publish.control else {
+                throw RelayFailure(.invalidRequest, "inboxes have no control entries", topic: topic.rawValue)
+            }
+            return PublishRequest(publish, accessKey: nil, quotaBytes: limits.maxInboxBytes)
+        }
+        guard let accessKey else {
+            throw RelayFailure(.forbidden, "publishing to this topic needs a topic proof", topic: topic.rawValue)
+        }
+        return PublishRequest(publish, accessKey: accessKey, quotaBytes: limits.maxTopicBytes)
     }
 
     /// Verifies a bundle's self-signature and stores it under the inbox id

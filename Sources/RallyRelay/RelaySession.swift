@@ -25,8 +25,19 @@ actor RelaySession {
         let task: Task<Void, Never>
     }
 
+    private struct ProofKey: Hashable {
+        let topic: String
+        let accessKey: Data
+    }
+
     let services: RelayServices
     nonisolated let challengeNonce: Data
+    /// The client's IP address: the key of the per-IP limits.
+    nonisolated let remoteIP: String
+    /// Topic proofs verified on this connection; publishes are the hot
+    /// path, so a proof's signature is checked once per topic and key.
+    private var verifiedProofs: Set<ProofKey> = []
+    private var lastActivity: Duration
     private let send: Send
     private let acks: AsyncStream<WireServerFrame>
     private let ackContinuation: AsyncStream<WireServerFrame>.Continuation
@@ -36,8 +47,10 @@ actor RelaySession {
     private var nextGeneration: UInt64 = 1
     private var isClosed = false
 
-    init(services: RelayServices, send: @escaping Send) {
+    init(services: RelayServices, remoteIP: String = "local", send: @escaping Send) {
         self.services = services
+        self.remoteIP = remoteIP
+        lastActivity = services.clock.monotonic
         self.send = send
         var nonce = Data(count: 32)
         var generator = SystemRandomNumberGenerator()
@@ -72,6 +85,7 @@ actor RelaySession {
 
     /// One binary WebSocket message.
     func receive(_ bytes: Data) async -> SessionDisposition {
+        lastActivity = services.clock.monotonic
         let frame: WireClientFrame
         do {
             frame = try FrameCodec.decodeClientFrame(bytes)
@@ -86,8 +100,21 @@ actor RelaySession {
 
     /// A message the protocol does not allow (a text message).
     func reject(_ failure: RelayFailure) async -> SessionDisposition {
-        await reply(failure, to: 0)
+        lastActivity = services.clock.monotonic
+        return await reply(failure, to: 0)
     }
+
+    /// Called by the transport now and then: closes a connection the client
+    /// has sent nothing on for `idleTimeout` (by the relay's clock).
+    func idleCheck() async -> SessionDisposition {
+        guard !isClosed, services.clock.monotonic - lastActivity >= services.limits.idleTimeout else {
+            return .keepOpen
+        }
+        return await reply(RelayFailure(.idleTimeout, "the connection was idle for too long"), to: 0)
+    }
+
+    /// When the connection becomes idle if nothing arrives.
+    var idleDeadline: Duration { lastActivity + services.limits.idleTimeout }
 
     /// Called by the transport when the authentication deadline passes.
     func authTimeoutElapsed() async -> SessionDisposition {
@@ -141,7 +168,8 @@ actor RelaySession {
     private func authenticate(_ auth: WireAuthenticate, requestID: UInt64) async throws(RelayFailure) {
         let verified: InboxID
         do {
-            verified = try RelayAuthentication.verify(auth, challengeNonce: challengeNonce)
+            verified = try RelayAuthentication.verify(
+                auth, challengeNonce: challengeNonce, origins: services.origins.current)
         } catch {
             throw RelayFailure(.authenticationFailed, error.description)
         }
@@ -154,13 +182,40 @@ actor RelaySession {
         try await emit(requestID) { $0.authenticated = authenticated }
     }
 
+    /// Checks a proof for `topic` on this connection: the signature over
+    /// the relay's origin, the challenge nonce and the topic. Returns the
+    /// access key (the caller checks it against the topic's chain).
+    private func verifiedAccessKey(_ proof: WireTopicProof?, topic: TopicName) throws(RelayFailure) -> Data? {
+        guard topic.kind != .inbox else { return nil }
+        guard let proof, !proof.accessKey.isEmpty else {
+            throw RelayFailure(.forbidden, "this topic needs a topic proof", topic: topic.rawValue)
+        }
+        let cacheKey = ProofKey(topic: topic.rawValue, accessKey: proof.accessKey)
+        if verifiedProofs.contains(cacheKey) { return proof.accessKey }
+        let valid = services.origins.current.contains { origin in
+            TopicAccess.isValid(
+                proof,
+                over: TopicAccess.connectionProofBytes(
+                    origin: origin, challengeNonce: challengeNonce, topic: topic.rawValue))
+        }
+        guard valid else {
+            throw RelayFailure(.forbidden, "the topic proof does not verify on this connection", topic: topic.rawValue)
+        }
+        if verifiedProofs.count >= 4 * services.limits.maxSubscriptionsPerConnection { verifiedProofs.removeAll() }
+        verifiedProofs.insert(cacheKey)
+        return proof.accessKey
+    }
+
     private func publish(_ publish: WirePublish, requestID: UInt64) async throws(RelayFailure) {
-        let request = try services.validatePublish(publish)
+        let topic = try services.validateTopic(publish.topic, forCapability: true)
+        let accessKey = try verifiedAccessKey(publish.hasProof ? publish.proof : nil, topic: topic)
+        let request = try services.validatePublish(publish, accessKey: accessKey)
         if case .limited(let retryAfter) = bucket.take(now: services.clock.monotonic) {
             throw RelayFailure(
                 .rateLimited, "too many publishes on this connection", topic: request.topic,
                 retryAfterMilliseconds: retryAfter)
         }
+        try services.checkPublishRate(ip: remoteIP, identity: inboxID, topic: request.topic)
         let acks = ackContinuation
         let services = services
         await services.writer.submit(request) { result in
@@ -179,10 +234,13 @@ actor RelaySession {
 
     private func subscribe(_ subscribe: WireSubscribe, requestID: UInt64) async throws(RelayFailure) {
         guard let inboxID else { throw RelayFailure(.notAuthenticated, "authenticate before subscribing") }
-        let topic = try services.validateTopic(subscribe.topic)
+        let topic = try services.validateTopic(subscribe.topic, forCapability: true)
         if topic.kind == .inbox, topic.id != inboxID.rawValue {
             throw RelayFailure(.forbidden, "only its owner may read an inbox", topic: topic.rawValue)
         }
+        let accessKey = try verifiedAccessKey(subscribe.hasProof ? subscribe.proof : nil, topic: topic)
+        var bound: UInt64?
+        if let accessKey { bound = try await services.readBound(topic: topic, key: accessKey) }
         if let existing = subscriptions.removeValue(forKey: topic.rawValue) {
             // A repeated subscribe restarts from the new cursor.
             existing.task.cancel()
@@ -197,7 +255,8 @@ actor RelaySession {
         let generation = nextGeneration
         nextGeneration += 1
         let feed = SubscriptionFeed(
-            topic: topic.rawValue, requestID: requestID, cursor: subscribe.afterSeq, services: services, send: send)
+            topic: topic.rawValue, requestID: requestID, cursor: subscribe.afterSeq, services: services, send: send,
+            accessKey: accessKey, readBound: bound)
         let task = Task {
             _ = await feed.run()
             self.subscriptionEnded(topic: topic.rawValue, generation: generation)

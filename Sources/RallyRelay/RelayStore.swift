@@ -12,23 +12,71 @@ public struct PublishRequest: Sendable, Equatable {
     public var shouldPush: Bool
     /// 0 means the envelope does not expire.
     public var expiresAtMilliseconds: Int64
+    /// For a capability topic: the access key whose proof the relay has
+    /// verified. The store checks it against the topic's chain in commit
+    /// order. Nil for inboxes (anyone may post).
+    public var accessKey: Data?
+    /// A control entry, stored only if the topic's last control seq is
+    /// `expectedControlSeq`.
+    public var control: Bool
+    public var expectedControlSeq: UInt64
+    /// On a control entry: the key that becomes current once it is stored.
+    public var rotateAccessKey: Data?
+    /// The topic's storage quota in payload bytes; 0: none.
+    public var quotaBytes: Int64
 
     public init(
         topic: String, payload: Data, idempotencyKey: Data = Data(), shouldPush: Bool = false,
-        expiresAtMilliseconds: Int64 = 0
+        expiresAtMilliseconds: Int64 = 0, accessKey: Data? = nil, control: Bool = false,
+        expectedControlSeq: UInt64 = 0, rotateAccessKey: Data? = nil, quotaBytes: Int64 = 0
     ) {
         self.topic = topic
         self.payload = payload
         self.idempotencyKey = idempotencyKey
         self.shouldPush = shouldPush
         self.expiresAtMilliseconds = expiresAtMilliseconds
+        self.accessKey = accessKey
+        self.control = control
+        self.expectedControlSeq = expectedControlSeq
+        self.rotateAccessKey = rotateAccessKey
+        self.quotaBytes = quotaBytes
     }
 
-    init(_ wire: WirePublish) {
+    init(_ wire: WirePublish, accessKey: Data?, quotaBytes: Int64) {
         self.init(
             topic: wire.topic, payload: wire.payload, idempotencyKey: wire.idempotencyKey,
-            shouldPush: wire.shouldPush, expiresAtMilliseconds: wire.expiresAtMs)
+            shouldPush: wire.shouldPush, expiresAtMilliseconds: wire.expiresAtMs, accessKey: accessKey,
+            control: wire.control, expectedControlSeq: wire.expectedControlSeq,
+            rotateAccessKey: wire.rotateAccessKey.isEmpty ? nil : wire.rotateAccessKey, quotaBytes: quotaBytes)
     }
+
+    /// Bytes this publish occupies in the write queue.
+    var queuedBytes: Int { payload.count + topic.utf8.count + idempotencyKey.count + 128 }
+}
+
+/// Why the store refused one publish of a batch (checked in commit order
+/// inside the batch's transaction).
+public enum AppendRefusal: Error, Sendable, Equatable {
+    /// The key is not one the topic accepts for writing (or the topic does
+    /// not exist and the key does not found its id).
+    case forbidden(String)
+    /// The key was retired; it may read up to `lastReadableSeq`.
+    case accessRevoked(lastReadableSeq: UInt64)
+    /// The expected control seq is not the topic's last one.
+    case conflict(lastControlSeq: UInt64)
+    case quotaExceeded(String)
+}
+
+/// What the relay knows about one access key of a capability topic.
+public enum AccessKeyStatus: Sendable, Equatable {
+    /// The topic's current key: reads are unbounded.
+    case current
+    /// A retired key: it may read up to and including `validThrough`.
+    case retired(validThrough: UInt64)
+    /// The topic exists and never had this key.
+    case unknown
+    /// No publish created the topic yet.
+    case unregistered
 }
 
 /// What the store did with one publish of a batch.
@@ -39,10 +87,13 @@ public struct AppendResult: Sendable, Equatable {
     /// True when an envelope with the same topic and idempotency key was
     /// already stored; nothing new was written.
     public var duplicate: Bool
+    /// The access key this publish retired (a rotation), if any.
+    public var retiredKey: Data?
 
-    public init(envelope: WireEnvelope, duplicate: Bool) {
+    public init(envelope: WireEnvelope, duplicate: Bool, retiredKey: Data? = nil) {
         self.envelope = envelope
         self.duplicate = duplicate
+        self.retiredKey = retiredKey
     }
 
     var ack: WirePublishAck {
@@ -59,10 +110,14 @@ public struct FetchResult: Sendable, Equatable {
     public var envelopes: [WireEnvelope]
     /// The topic's last assigned seq when the page was read.
     public var headSeq: UInt64
+    /// For envelopes of the page that rotated the topic's access key: seq to
+    /// the key they retired.
+    public var retiredKeys: [UInt64: Data]
 
-    public init(envelopes: [WireEnvelope], headSeq: UInt64) {
+    public init(envelopes: [WireEnvelope], headSeq: UInt64, retiredKeys: [UInt64: Data] = [:]) {
         self.envelopes = envelopes
         self.headSeq = headSeq
+        self.retiredKeys = retiredKeys
     }
 }
 
@@ -78,12 +133,22 @@ public protocol RelayStore: Sendable {
     /// Stores a batch atomically in order. Each new envelope gets the next seq
     /// of its topic (strictly increasing, gap-free); a publish whose
     /// (topic, idempotency key) is already stored gets the stored envelope
-    /// back with `duplicate == true`.
-    func append(_ batch: [PublishRequest], serverTimeMilliseconds: Int64) async throws -> [AppendResult]
+    /// back with `duplicate == true` (if its access key is one the topic has
+    /// known). Access, control-seq and quota checks are made in batch order
+    /// inside the transaction; a refused publish stores nothing.
+    func append(
+        _ batch: [PublishRequest], serverTimeMilliseconds: Int64
+    ) async throws -> [Result<AppendResult, AppendRefusal>]
 
     /// Unexpired envelopes of `topic` with seq > `after`, oldest first, at
-    /// most `limit` of them.
-    func fetch(topic: String, after: UInt64, limit: Int, nowMilliseconds: Int64) async throws -> FetchResult
+    /// most `limit` of them and, past the first, at most `maxBytes` of
+    /// payload in total (0: no byte bound).
+    func fetch(
+        topic: String, after: UInt64, limit: Int, maxBytes: Int, nowMilliseconds: Int64
+    ) async throws -> FetchResult
+
+    /// What the topic's key chain says about `key`.
+    func accessKeyStatus(topic: String, key: Data) async throws -> AccessKeyStatus
 
     /// The last seq assigned on `topic`; 0 if nothing was ever published.
     func headSeq(topic: String) async throws -> UInt64
@@ -97,11 +162,22 @@ public protocol RelayStore: Sendable {
 
     func keyBundle(inboxID: InboxID) async throws -> WireSignedKeyBundle?
 
-    /// Deletes envelopes whose expiry has passed. Topic heads are kept, so a
-    /// seq is never handed out twice. Returns how many were deleted.
-    func deleteExpired(nowMilliseconds: Int64) async throws -> Int
+    /// Deletes envelopes whose expiry has passed and inbox envelopes stored
+    /// before `inboxCutoffMilliseconds` (0: none). Topic heads are kept, so
+    /// a seq is never handed out twice. Returns how many were deleted.
+    func deleteExpired(nowMilliseconds: Int64, inboxCutoffMilliseconds: Int64) async throws -> Int
 
     func close() async throws
+}
+
+extension RelayStore {
+    public func fetch(topic: String, after: UInt64, limit: Int, nowMilliseconds: Int64) async throws -> FetchResult {
+        try await fetch(topic: topic, after: after, limit: limit, maxBytes: 0, nowMilliseconds: nowMilliseconds)
+    }
+
+    public func deleteExpired(nowMilliseconds: Int64) async throws -> Int {
+        try await deleteExpired(nowMilliseconds: nowMilliseconds, inboxCutoffMilliseconds: 0)
+    }
 }
 
 enum RelayStoreError: Error, Equatable {

@@ -17,10 +17,13 @@ public final class RunningRelay: Sendable {
         self.task = task
     }
 
-    /// Base URL of the relay: `http://<host>:<port>`. The WebSocket endpoint
-    /// is `/v1/ws` under it (with the `ws` scheme).
+    /// Base URL of the relay: its public URL if configured, else
+    /// `http://<host>:<port>`, an origin the relay accepts signatures for.
+    /// The WebSocket endpoint is `/v1/ws` under it (with the `ws` scheme).
     public var url: URL {
-        URL(string: "http://\(server.configuration.host):\(port)")!
+        if let publicURL = server.configuration.publicURL { return publicURL }
+        let host = server.configuration.host
+        return URL(string: "http://\(host.contains(":") ? "[\(host)]" : host):\(port)")!
     }
 
     public static func start(

@@ -79,46 +79,131 @@ public final class SQLiteRelayStore: RelayStore {
                 table.column("signature", .blob).notNull()
             }
         }
+        migrator.registerMigration("v2-capabilities") { db in
+            // Control entries, key rotations and per-topic byte accounting
+            // (docs/adr/0008).
+            try db.alter(table: "topics") { table in
+                table.add(column: "last_control_seq", .integer).notNull().defaults(to: 0)
+                table.add(column: "bytes", .integer).notNull().defaults(to: 0)
+            }
+            try db.alter(table: "envelopes") { table in
+                table.add(column: "control", .boolean).notNull().defaults(to: false)
+                // The access key this entry retired (a rotation).
+                table.add(column: "retires_key", .blob)
+            }
+            try db.execute(
+                sql: "UPDATE topics SET bytes = (SELECT COALESCE(SUM(length(payload)), 0) FROM envelopes WHERE topic = name)"
+            )
+            try db.create(table: "topic_keys") { table in
+                table.column("topic", .text).notNull()
+                table.column("access_key", .blob).notNull()
+                // NULL for the current key; for a retired one the last seq
+                // it may read.
+                table.column("valid_through", .integer)
+                table.primaryKey(["topic", "access_key"])
+            }
+            try db.create(
+                index: "envelopes_inbox_age", on: "envelopes", columns: ["server_time_ms"],
+                condition: Column("topic").like("inbox/%"))
+        }
         return migrator
     }
 
-    public func append(_ batch: [PublishRequest], serverTimeMilliseconds: Int64) async throws -> [AppendResult] {
+    public func append(
+        _ batch: [PublishRequest], serverTimeMilliseconds: Int64
+    ) async throws -> [Result<AppendResult, AppendRefusal>] {
         guard !batch.isEmpty else { return [] }
         return try await pool.write { db in
             try batch.map { try Self.append($0, serverTime: serverTimeMilliseconds, db: db) }
         }
     }
 
-    private static func append(_ request: PublishRequest, serverTime: Int64, db: Database) throws -> AppendResult {
+    private static let envelopeColumns =
+        "topic, seq, server_time_ms, payload, should_push, expires_at_ms, control, retires_key"
+
+    private static func append(
+        _ request: PublishRequest, serverTime: Int64, db: Database
+    ) throws -> Result<AppendResult, AppendRefusal> {
         let key: Data? = request.idempotencyKey.isEmpty ? nil : request.idempotencyKey
         if let key,
             let row = try Row.fetchOne(
                 db,
-                sql: """
-                    SELECT topic, seq, server_time_ms, payload, should_push, expires_at_ms
-                    FROM envelopes WHERE topic = ? AND idempotency_key = ?
-                    """,
+                sql: "SELECT \(envelopeColumns) FROM envelopes WHERE topic = ? AND idempotency_key = ?",
                 arguments: [request.topic, key])
         {
-            return AppendResult(envelope: envelope(row), duplicate: true)
+            // A retry: answered before any other check, as long as the key
+            // is one the topic has known (a lost ack after a rotation must
+            // not strand its publisher).
+            if let accessKey = request.accessKey, try status(topic: request.topic, key: accessKey, db: db) == .unknown {
+                return .failure(.forbidden("this access key is not one of the topic's"))
+            }
+            return .success(AppendResult(envelope: envelope(row), duplicate: true))
+        }
+        let topicRow = try Row.fetchOne(
+            db, sql: "SELECT last_seq, last_control_seq, bytes FROM topics WHERE name = ?",
+            arguments: [request.topic])
+        let lastControlSeq: Int64 = topicRow?["last_control_seq"] ?? 0
+        let storedBytes: Int64 = topicRow?["bytes"] ?? 0
+        var registers = false
+        if let accessKey = request.accessKey {
+            switch try status(topic: request.topic, key: accessKey, db: db) {
+            case .current: break
+            case .retired(let validThrough): return .failure(.accessRevoked(lastReadableSeq: validThrough))
+            case .unknown: return .failure(.forbidden("this access key is not the topic's current one"))
+            case .unregistered:
+                guard TopicAccess.topicID(firstAccessKey: accessKey) == topicID(of: request.topic) else {
+                    return .failure(.forbidden("the topic does not exist and this key does not found its id"))
+                }
+                registers = true
+            }
+        }
+        if request.control, UInt64(max(0, lastControlSeq)) != request.expectedControlSeq {
+            return .failure(.conflict(lastControlSeq: UInt64(max(0, lastControlSeq))))
+        }
+        if request.quotaBytes > 0, storedBytes + Int64(request.payload.count) > request.quotaBytes {
+            return .failure(.quotaExceeded("the topic stores at most \(request.quotaBytes) bytes"))
+        }
+        if registers, let accessKey = request.accessKey {
+            try db.execute(
+                sql: "INSERT INTO topic_keys (topic, access_key, valid_through) VALUES (?, ?, NULL)",
+                arguments: [request.topic, accessKey])
         }
         try db.execute(
             sql: """
-                INSERT INTO topics (name, last_seq) VALUES (?, 1)
-                ON CONFLICT (name) DO UPDATE SET last_seq = last_seq + 1
+                INSERT INTO topics (name, last_seq, bytes) VALUES (?, 1, ?)
+                ON CONFLICT (name) DO UPDATE SET last_seq = last_seq + 1, bytes = bytes + excluded.bytes
                 """,
-            arguments: [request.topic])
+            arguments: [request.topic, request.payload.count])
         let seq = try Int64.fetchOne(db, sql: "SELECT last_seq FROM topics WHERE name = ?", arguments: [request.topic])
         guard let seq else { throw DatabaseError(message: "topic head was not returned") }
+        var retired: Data?
+        if request.control {
+            try db.execute(
+                sql: "UPDATE topics SET last_control_seq = ? WHERE name = ?", arguments: [seq, request.topic])
+            if let newKey = request.rotateAccessKey, let oldKey = request.accessKey, newKey != oldKey {
+                // The old key reads up to and including this entry.
+                try db.execute(
+                    sql: "UPDATE topic_keys SET valid_through = ? WHERE topic = ? AND valid_through IS NULL",
+                    arguments: [seq, request.topic])
+                try db.execute(
+                    sql: """
+                        INSERT INTO topic_keys (topic, access_key, valid_through) VALUES (?, ?, NULL)
+                        ON CONFLICT (topic, access_key) DO UPDATE SET valid_through = NULL
+                        """,
+                    arguments: [request.topic, newKey])
+                retired = oldKey
+            }
+        }
         try db.execute(
             sql: """
                 INSERT INTO envelopes
-                (topic, seq, server_time_ms, payload, should_push, expires_at_ms, idempotency_key)
-                VALUES (?, ?, ?, ?, ?, ?, ?)
+                (topic, seq, server_time_ms, payload, should_push, expires_at_ms, idempotency_key, control,
+                 retires_key)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """,
             arguments: [
                 request.topic, seq, serverTime, request.payload, request.shouldPush,
-                request.expiresAtMilliseconds, key,
+                request.expiresAtMilliseconds, key, request.control, retired,
             ])
         var stored = WireEnvelope()
         stored.topic = request.topic
@@ -127,25 +212,60 @@ public final class SQLiteRelayStore: RelayStore {
         stored.payload = request.payload
         stored.shouldPush = request.shouldPush
         stored.expiresAtMs = request.expiresAtMilliseconds
-        return AppendResult(envelope: stored, duplicate: false)
+        stored.control = request.control
+        return .success(AppendResult(envelope: stored, duplicate: false, retiredKey: retired))
     }
 
-    public func fetch(topic: String, after: UInt64, limit: Int, nowMilliseconds: Int64) async throws -> FetchResult {
+    private static func topicID(of topic: String) -> Substring {
+        topic.firstIndex(of: "/").map { topic[topic.index(after: $0)...] } ?? ""
+    }
+
+    private static func status(topic: String, key: Data, db: Database) throws -> AccessKeyStatus {
+        if let row = try Row.fetchOne(
+            db, sql: "SELECT valid_through FROM topic_keys WHERE topic = ? AND access_key = ?",
+            arguments: [topic, key])
+        {
+            let validThrough: Int64? = row["valid_through"]
+            return validThrough.map { .retired(validThrough: UInt64(max(0, $0))) } ?? .current
+        }
+        let known = try Bool.fetchOne(
+            db, sql: "SELECT EXISTS (SELECT 1 FROM topic_keys WHERE topic = ?)", arguments: [topic])
+        return known == true ? .unknown : .unregistered
+    }
+
+    public func accessKeyStatus(topic: String, key: Data) async throws -> AccessKeyStatus {
+        try await pool.read { db in try Self.status(topic: topic, key: key, db: db) }
+    }
+
+    public func fetch(
+        topic: String, after: UInt64, limit: Int, maxBytes: Int, nowMilliseconds: Int64
+    ) async throws -> FetchResult {
         let after = Int64(clamping: after)
         let limit = max(0, limit)
         return try await pool.read { db in
             // One read transaction: head and page come from the same snapshot.
             let head = try Int64.fetchOne(db, sql: "SELECT last_seq FROM topics WHERE name = ?", arguments: [topic])
-            let rows = try Row.fetchAll(
+            let rows = try Row.fetchCursor(
                 db,
                 sql: """
-                    SELECT topic, seq, server_time_ms, payload, should_push, expires_at_ms
+                    SELECT \(Self.envelopeColumns)
                     FROM envelopes
                     WHERE topic = ? AND seq > ? AND (expires_at_ms = 0 OR expires_at_ms >= ?)
                     ORDER BY seq LIMIT ?
                     """,
                 arguments: [topic, after, nowMilliseconds, limit])
-            return FetchResult(envelopes: rows.map(Self.envelope), headSeq: UInt64(max(0, head ?? 0)))
+            var envelopes: [WireEnvelope] = []
+            var retiredKeys: [UInt64: Data] = [:]
+            var bytes = 0
+            while let row = try rows.next() {
+                let envelope = Self.envelope(row)
+                // Byte-bounded pages: always at least one envelope.
+                if maxBytes > 0, !envelopes.isEmpty, bytes + envelope.payload.count > maxBytes { break }
+                bytes += envelope.payload.count
+                if let retired = row["retires_key"] as Data? { retiredKeys[envelope.seq] = retired }
+                envelopes.append(envelope)
+            }
+            return FetchResult(envelopes: envelopes, headSeq: UInt64(max(0, head ?? 0)), retiredKeys: retiredKeys)
         }
     }
 
@@ -200,11 +320,23 @@ public final class SQLiteRelayStore: RelayStore {
         }
     }
 
-    public func deleteExpired(nowMilliseconds: Int64) async throws -> Int {
+    public func deleteExpired(nowMilliseconds: Int64, inboxCutoffMilliseconds: Int64) async throws -> Int {
         try await pool.write { db in
+            let condition = """
+                ((expires_at_ms > 0 AND expires_at_ms < :now)
+                 OR (:cutoff > 0 AND topic LIKE 'inbox/%' AND server_time_ms < :cutoff))
+                """
+            let arguments: StatementArguments = ["now": nowMilliseconds, "cutoff": inboxCutoffMilliseconds]
+            // Quotas count stored bytes, so deleted payloads give them back.
             try db.execute(
-                sql: "DELETE FROM envelopes WHERE expires_at_ms > 0 AND expires_at_ms < ?",
-                arguments: [nowMilliseconds])
+                sql: """
+                    UPDATE topics SET bytes = bytes - (
+                        SELECT COALESCE(SUM(length(payload)), 0) FROM envelopes
+                        WHERE envelopes.topic = topics.name AND \(condition))
+                    WHERE name IN (SELECT DISTINCT topic FROM envelopes WHERE \(condition))
+                    """,
+                arguments: arguments)
+            try db.execute(sql: "DELETE FROM envelopes WHERE \(condition)", arguments: arguments)
             return db.changesCount
         }
     }
@@ -221,6 +353,7 @@ public final class SQLiteRelayStore: RelayStore {
         envelope.payload = row["payload"]
         envelope.shouldPush = row["should_push"]
         envelope.expiresAtMs = row["expires_at_ms"]
+        envelope.control = row["control"]
         return envelope
     }
 }

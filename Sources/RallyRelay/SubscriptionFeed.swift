@@ -1,3 +1,4 @@
+import Foundation
 import RallyWire
 
 /// Delivers one topic to one subscriber: the backlog after its cursor, then
@@ -15,23 +16,47 @@ struct SubscriptionFeed: Sendable {
         case slowConsumer
         /// The store failed; the subscriber was told with INTERNAL.
         case failed
+        /// The subscription's access key was retired and everything it may
+        /// read was delivered; the subscriber was told with ACCESS_REVOKED.
+        case revoked
     }
+
+    /// Thrown inside the feed once the key's last readable seq is reached.
+    private struct Revoked: Error {}
 
     let topic: String
     let requestID: UInt64
     let cursor: UInt64
     let services: RelayServices
     let send: RelaySession.Send
+    /// The access key the subscription was opened with (nil: an inbox).
+    var accessKey: Data? = nil
+    /// The last seq that key may read (nil: unbounded, the current key).
+    var readBound: UInt64? = nil
+
+    /// Where delivery stands: what was sent, and how far the key may read.
+    private struct Progress {
+        var lastSent: UInt64
+        var bound: UInt64?
+        var subscribed = false
+    }
 
     func run() async -> Outcome {
         let hub = services.hub
         let capacity = services.limits.subscriberBufferSize
         var subscription = await hub.subscribe(topic: topic, capacity: capacity)
-        var lastSent = cursor
+        var progress = Progress(lastSent: cursor, bound: readBound)
         do {
+            if let accessKey, let name = try? TopicName(validating: topic) {
+                // Read again after registering with the hub: a rotation
+                // committed since the session's check is in the key chain,
+                // and any later one reaches the hub buffer.
+                progress.bound = try await services.readBound(topic: name, key: accessKey)
+            }
+            if let bound = progress.bound, progress.lastSent >= bound { throw Revoked() }
             var resyncs = 0
             while true {
-                try await replayBacklog(lastSent: &lastSent)
+                try await replayBacklog(&progress)
                 guard await hub.endReason(subscription.id) == .overflowed else { break }
                 // The buffer filled while the backlog was replayed; the store
                 // still has everything, so start a fresh buffer and read on.
@@ -42,22 +67,31 @@ struct SubscriptionFeed: Sendable {
             }
             var subscribed = WireSubscribed()
             subscribed.topic = topic
-            subscribed.caughtUpSeq = lastSent
+            subscribed.caughtUpSeq = progress.lastSent
             var frame = WireServerFrame()
             frame.requestID = requestID
             frame.subscribed = subscribed
             try await send(frame)
+            progress.subscribed = true
 
-            for await envelope in subscription.envelopes where envelope.seq > lastSent {
-                try await deliver(envelope)
-                lastSent = envelope.seq
+            for await item in subscription.items where item.envelope.seq > progress.lastSent {
+                try await deliver(item.envelope, retiredKey: item.retiredKey, &progress)
             }
             try Task.checkCancellation()
             if await hub.unsubscribe(subscription.id) == .overflowed { return await slowConsumer() }
             return .stopped
+        } catch is Revoked {
+            await hub.unsubscribe(subscription.id)
+            let bound = progress.bound ?? progress.lastSent
+            let failure = RelayFailure(
+                .accessRevoked, "this access key was replaced; it may read up to seq \(bound)", topic: topic,
+                seq: bound)
+            // Before `Subscribed` it answers the subscribe; after, it is pushed.
+            try? await send(services.errorFrame(failure, requestID: progress.subscribed ? 0 : requestID))
+            return .revoked
         } catch let failure as RelayFailure {
             await hub.unsubscribe(subscription.id)
-            try? await send(services.errorFrame(failure, requestID: requestID))
+            try? await send(services.errorFrame(failure, requestID: progress.subscribed ? 0 : requestID))
             return .failed
         } catch {
             await hub.unsubscribe(subscription.id)
@@ -65,14 +99,15 @@ struct SubscriptionFeed: Sendable {
         }
     }
 
-    private func replayBacklog(lastSent: inout UInt64) async throws {
+    private func replayBacklog(_ progress: inout Progress) async throws {
         let pageSize = max(1, services.limits.backlogPageSize)
         while true {
             try Task.checkCancellation()
             let page: FetchResult
             do {
                 page = try await services.store.fetch(
-                    topic: topic, after: lastSent, limit: pageSize, nowMilliseconds: services.clock.nowMilliseconds)
+                    topic: topic, after: progress.lastSent, limit: pageSize,
+                    maxBytes: services.limits.backlogPageBytes, nowMilliseconds: services.clock.nowMilliseconds)
             } catch is CancellationError {
                 throw CancellationError()
             } catch {
@@ -80,18 +115,27 @@ struct SubscriptionFeed: Sendable {
                 throw RelayFailure(.internal, "could not read the topic", topic: topic)
             }
             for envelope in page.envelopes {
-                try await deliver(envelope)
-                lastSent = envelope.seq
+                try await deliver(envelope, retiredKey: page.retiredKeys[envelope.seq], &progress)
             }
-            if page.envelopes.count < pageSize { return }
+            // Entries up to the bound may have expired: the key has read all
+            // it may once the head is past it.
+            if let bound = progress.bound, page.headSeq >= bound, page.envelopes.isEmpty { throw Revoked() }
+            // A page short by count ends the backlog unless it was cut by
+            // bytes (its last seq is then below the head).
+            guard let last = page.envelopes.last else { return }
+            if page.envelopes.count < pageSize, last.seq >= page.headSeq { return }
         }
     }
 
-    private func deliver(_ envelope: WireEnvelope) async throws {
+    private func deliver(_ envelope: WireEnvelope, retiredKey: Data?, _ progress: inout Progress) async throws {
+        if let bound = progress.bound, envelope.seq > bound { throw Revoked() }
         var frame = WireServerFrame()
         frame.envelope = envelope
         try await send(frame)
         services.metrics.deliveries.increment()
+        progress.lastSent = envelope.seq
+        if progress.bound == nil, let accessKey, retiredKey == accessKey { progress.bound = envelope.seq }
+        if let bound = progress.bound, envelope.seq >= bound { throw Revoked() }
     }
 
     private func slowConsumer() async -> Outcome {

@@ -1,3 +1,4 @@
+import Foundation
 import RallyWire
 
 /// Live fan-out of committed envelopes to the subscribers of each topic.
@@ -7,10 +8,16 @@ import RallyWire
 /// `.overflowed`). The store holds everything, so a cut-off subscriber loses
 /// nothing: it resubscribes from its cursor.
 actor TopicHub {
+    /// A committed envelope and, for a key rotation, the key it retired.
+    struct Item: Sendable, Equatable {
+        let envelope: WireEnvelope
+        var retiredKey: Data? = nil
+    }
+
     struct Subscription: Sendable {
         let id: UInt64
         let topic: String
-        let envelopes: AsyncStream<WireEnvelope>
+        let items: AsyncStream<Item>
     }
 
     enum EndReason: Sendable, Equatable {
@@ -21,7 +28,7 @@ actor TopicHub {
 
     private struct Entry {
         let topic: String
-        let continuation: AsyncStream<WireEnvelope>.Continuation
+        let continuation: AsyncStream<Item>.Continuation
     }
 
     private var entries: [UInt64: Entry] = [:]
@@ -32,7 +39,7 @@ actor TopicHub {
 
     /// Starts buffering live envelopes of `topic` for a new subscriber.
     func subscribe(topic: String, capacity: Int) -> Subscription {
-        let (stream, continuation) = AsyncStream<WireEnvelope>.makeStream(
+        let (stream, continuation) = AsyncStream<Item>.makeStream(
             bufferingPolicy: .bufferingOldest(max(1, capacity)))
         let id = nextID
         nextID += 1
@@ -43,7 +50,7 @@ actor TopicHub {
             entries[id] = Entry(topic: topic, continuation: continuation)
             byTopic[topic, default: []].insert(id)
         }
-        return Subscription(id: id, topic: topic, envelopes: stream)
+        return Subscription(id: id, topic: topic, items: stream)
     }
 
     /// Removes a subscriber and returns why its stream ended, if it did.
@@ -65,12 +72,17 @@ actor TopicHub {
     /// their topics. Returns how many deliveries were made.
     @discardableResult
     func deliver(_ envelopes: [WireEnvelope]) -> Int {
+        deliver(items: envelopes.map { Item(envelope: $0) })
+    }
+
+    @discardableResult
+    func deliver(items: [Item]) -> Int {
         var delivered = 0
-        for envelope in envelopes {
-            guard let ids = byTopic[envelope.topic] else { continue }
+        for item in items {
+            guard let ids = byTopic[item.envelope.topic] else { continue }
             for id in ids {
                 guard let entry = entries[id] else { continue }
-                switch entry.continuation.yield(envelope) {
+                switch entry.continuation.yield(item) {
                 case .enqueued:
                     delivered += 1
                 case .dropped:

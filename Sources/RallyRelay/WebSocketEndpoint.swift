@@ -8,18 +8,27 @@ import ServiceLifecycle
 /// `GET /v1/ws`: the transport shell around `RelaySession`. One binary
 /// WebSocket message carries one protobuf frame each way.
 enum WebSocketEndpoint {
-    static func addRoute(to router: Router<BasicWebSocketRequestContext>, services: RelayServices) {
-        router.ws("/v1/ws") { inbound, outbound, _ in
-            try await serve(inbound: inbound, outbound: outbound, services: services)
+    static func addRoute(to router: Router<RelayRequestContext>, services: RelayServices) {
+        router.ws("/v1/ws") { inbound, outbound, context in
+            try await serve(
+                inbound: inbound, outbound: outbound, remoteIP: context.requestContext.remoteIP, services: services)
         }
     }
 
     static func serve(
-        inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter, services: RelayServices
+        inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter, remoteIP: String,
+        services: RelayServices
     ) async throws {
+        if case .refused(let reason) = services.connections.admit(ip: remoteIP) {
+            // Refused before the challenge: the error frame is the only one.
+            let frame = services.errorFrame(RelayFailure(.tooManyConnections, reason), requestID: 0)
+            try? await outbound.write(.binary(ByteBuffer(bytes: FrameCodec.encode(frame))))
+            return
+        }
+        defer { services.connections.release(ip: remoteIP) }
         services.metrics.openConnections.increment()
         defer { services.metrics.openConnections.decrement() }
-        let session = RelaySession(services: services) { frame in
+        let session = RelaySession(services: services, remoteIP: remoteIP) { frame in
             try await outbound.write(.binary(ByteBuffer(bytes: FrameCodec.encode(frame))))
         }
         try await outbound.write(.binary(ByteBuffer(bytes: FrameCodec.encode(session.challengeFrame))))
@@ -39,6 +48,19 @@ enum WebSocketEndpoint {
                         return .success(false)
                     }
                     return .success(await session.authTimeoutElapsed() == .close)
+                }
+                group.addTask {
+                    // The idle deadline is measured on the relay's clock;
+                    // this only decides how often to look at it.
+                    let interval = min(max(services.limits.idleTimeout / 4, .milliseconds(10)), .seconds(5))
+                    while true {
+                        do {
+                            try await Task.sleep(for: interval)
+                        } catch {
+                            return .success(false)
+                        }
+                        if await session.idleCheck() == .close { return .success(true) }
+                    }
                 }
                 group.addTask {
                     do {

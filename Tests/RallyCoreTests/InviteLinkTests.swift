@@ -12,6 +12,10 @@ struct InviteLinkTests {
         let slug = try Self.slug()
         let accepted = [
             "rally://join/\(slug)",
+            "https://rally.example/join#\(slug)",
+            "https://rally.example:8443/join#\(slug)",
+            "http://127.0.0.1:8080/join#\(slug)",
+            "https://rally.example/join?utm_source=qr#\(slug)",
             "https://rally.example/join/\(slug)",
             "https://rally.example:443/join/\(slug)",
             "http://localhost:8080/join/\(slug)",
@@ -48,6 +52,11 @@ struct InviteLinkTests {
             "https://rally.example/\(slug)",
             "https://rally.example/join",
             "https://rally.example/join/",
+            "https://rally.example/join#",
+            "https://rally.example/join/#\(slug)",
+            "https://rally.example/joins#\(slug)",
+            "https://rally.example/#\(slug)",
+            "https://rally.example/join#\(slug)/extra",
             "https://rally.example/join/\(slug)/",
             "https://rally.example/join/\(slug)/extra",
             "https://rally.example/api/join/\(slug)",
@@ -112,7 +121,7 @@ struct InviteLinkTests {
             let url = try #require(URL(string: relay))
             let links = InviteLink.links(for: slug, relayURL: url)
             #expect(links.app == "rally://join/\(slug)")
-            #expect(links.web == "\(origin)/join/\(slug)")
+            #expect(links.web == "\(origin)/join#\(slug)")
             #expect(try InviteLink.slug(from: links.app) == slug)
             #expect(try InviteLink.slug(from: links.web) == slug)
         }
@@ -127,7 +136,7 @@ struct InviteLinkTests {
             (try #require(URL(string: "ws:///ws")), "http://localhost"),
         ] {
             let links = InviteLink.links(for: slug, relayURL: relay)
-            #expect(links.web == "\(origin)/join/\(slug)", "\(relay)")
+            #expect(links.web == "\(origin)/join#\(slug)", "\(relay)")
             #expect(links.app == "rally://join/\(slug)")
         }
     }

@@ -223,60 +223,80 @@ struct IdentityTests {
 struct RelayAuthenticationTests {
     let identity = Identity(displayName: "a")
     let nonce = Data((0..<32).map { UInt8($0) })
+    let origin = "https://relay.example"
 
     @Test func theRightNonceAuthenticates() throws {
-        let auth = identity.authenticate(challengeNonce: nonce)
+        let auth = identity.authenticate(challengeNonce: nonce, origin: origin)
         #expect(auth.signingPublicKey == identity.signingKey.publicKey.rawRepresentation)
-        #expect(try RelayAuthentication.verify(auth, challengeNonce: nonce) == identity.inboxID)
+        #expect(try RelayAuthentication.verify(auth, challengeNonce: nonce, origins: [origin]) == identity.inboxID)
     }
 
     @Test func aWrongNonceFails() {
-        let auth = identity.authenticate(challengeNonce: nonce)
+        let auth = identity.authenticate(challengeNonce: nonce, origin: origin)
         var other = nonce
         other[0] ^= 1
         for wrong in [other, Data(), nonce.dropLast(), nonce + [0]] {
             #expect(throws: RallyCryptoError.invalidSignature("authentication challenge")) {
-                try RelayAuthentication.verify(auth, challengeNonce: wrong)
+                try RelayAuthentication.verify(auth, challengeNonce: wrong, origins: [origin])
             }
         }
     }
 
+    @Test func aSignatureForAnotherOriginFails() throws {
+        let auth = identity.authenticate(challengeNonce: nonce, origin: "https://relay.evil")
+        #expect(throws: RallyCryptoError.invalidSignature("authentication challenge")) {
+            try RelayAuthentication.verify(auth, challengeNonce: nonce, origins: [origin, "http://127.0.0.1:8080"])
+        }
+        #expect(
+            try RelayAuthentication.verify(auth, challengeNonce: nonce, origins: [origin, "https://relay.evil"])
+                == identity.inboxID)
+    }
+
+    @Test func originsAreNormalized() {
+        #expect(RelayOrigin.of(URL(string: "wss://Relay.Example/v1/ws")!) == "https://relay.example")
+        #expect(RelayOrigin.of(URL(string: "https://relay.example:443")!) == "https://relay.example")
+        #expect(RelayOrigin.of(URL(string: "https://relay.example:8443/x")!) == "https://relay.example:8443")
+        #expect(RelayOrigin.of(URL(string: "ws://127.0.0.1:9000/v1/ws")!) == "http://127.0.0.1:9000")
+        #expect(RelayOrigin.of(URL(string: "http://localhost")!) == "http://localhost:80")
+        #expect(RelayOrigin.of(URL(string: "ftp://relay.example")!) == nil)
+    }
+
     @Test func anotherIdentitysKeyFails() {
-        var auth = identity.authenticate(challengeNonce: nonce)
+        var auth = identity.authenticate(challengeNonce: nonce, origin: origin)
         auth.signingPublicKey = Identity(displayName: "b").signingKey.publicKey.rawRepresentation
         #expect(throws: RallyCryptoError.invalidSignature("authentication challenge")) {
-            try RelayAuthentication.verify(auth, challengeNonce: nonce)
+            try RelayAuthentication.verify(auth, challengeNonce: nonce, origins: [origin])
         }
     }
 
     @Test func aSignatureFromAnotherDomainFails() {
-        var auth = identity.authenticate(challengeNonce: nonce)
+        var auth = identity.authenticate(challengeNonce: nonce, origin: origin)
         auth.signature = identity.sign(.httpAuth, nonce)
         #expect(throws: RallyCryptoError.invalidSignature("authentication challenge")) {
-            try RelayAuthentication.verify(auth, challengeNonce: nonce)
+            try RelayAuthentication.verify(auth, challengeNonce: nonce, origins: [origin])
         }
     }
 
     @Test func aTamperedOrMissingSignatureFails() {
-        var auth = identity.authenticate(challengeNonce: nonce)
+        var auth = identity.authenticate(challengeNonce: nonce, origin: origin)
         auth.signature[10] ^= 0x40
         #expect(throws: RallyCryptoError.invalidSignature("authentication challenge")) {
-            try RelayAuthentication.verify(auth, challengeNonce: nonce)
+            try RelayAuthentication.verify(auth, challengeNonce: nonce, origins: [origin])
         }
         auth.signature = Data()
         #expect(throws: RallyCryptoError.invalidSignature("authentication challenge")) {
-            try RelayAuthentication.verify(auth, challengeNonce: nonce)
+            try RelayAuthentication.verify(auth, challengeNonce: nonce, origins: [origin])
         }
     }
 
     @Test("keys of the wrong length fail", arguments: [0, 1, 31, 33, 64])
     func shortOrLongKey(length: Int) {
-        var auth = identity.authenticate(challengeNonce: nonce)
+        var auth = identity.authenticate(challengeNonce: nonce, origin: origin)
         auth.signingPublicKey = Data(identity.signingKey.publicKey.rawRepresentation.prefix(length))
         if length > 32 { auth.signingPublicKey += Data(repeating: 0, count: length - 32) }
         #expect(auth.signingPublicKey.count == length)
         #expect(throws: RallyCryptoError.invalidPublicKey("authentication key must be 32 bytes")) {
-            try RelayAuthentication.verify(auth, challengeNonce: nonce)
+            try RelayAuthentication.verify(auth, challengeNonce: nonce, origins: [origin])
         }
     }
 }

@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import RallyCrypto
 import RallyWire
@@ -25,7 +26,33 @@ struct RelayFixture {
         directory.remove()
     }
 
+    var origin: String { "http://127.0.0.1:\(relay.port)" }
+
+    /// A binding for a request to this relay (`path` may carry a query).
+    func binding(_ method: String, _ path: String, body: Data = Data(), now: Date = Date()) -> HTTPRequestBinding {
+        let parts = path.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false)
+        return .fresh(
+            origin: origin, method: method, path: String(parts[0]), query: parts.count > 1 ? String(parts[1]) : "",
+            body: body, now: now)
+    }
+
+    /// Requests to capability topics get a `Rally-Topic-Proof` by the
+    /// topic's founding test key unless the test passes headers itself.
     func http(
+        _ method: String, _ path: String, body: Data? = nil, headers: [String: String] = [:]
+    ) async throws -> (status: Int, body: Data, contentType: String?) {
+        var headers = headers
+        if headers.isEmpty, path.hasPrefix("/v1/topics/"), !path.hasPrefix("/v1/topics/inbox/") {
+            let topic = String(path.dropFirst("/v1/topics/".count).prefix { $0 != "?" })
+            if let access = foundingAccess(of: topic) {
+                headers[HTTPAuthorization.topicProofHeader] = HTTPAuthorization.topicProofHeader(
+                    access: access, binding: binding(method, path))
+            }
+        }
+        return try await raw(method, path, body: body, headers: headers)
+    }
+
+    func raw(
         _ method: String, _ path: String, body: Data? = nil, headers: [String: String] = [:]
     ) async throws -> (status: Int, body: Data, contentType: String?) {
         var request = URLRequest(url: URL(string: relay.url.absoluteString + path)!)
@@ -39,9 +66,21 @@ struct RelayFixture {
         return (http.statusCode, data, http.value(forHTTPHeaderField: "Content-Type"))
     }
 
-    func publish(_ publish: WirePublish) async throws -> (status: Int, body: Data) {
-        let result = try await http("POST", "/v1/publish", body: FrameCodec.encode(publish))
+    func publish(
+        _ publish: WirePublish, access: TopicAccess? = nil, headers: [String: String] = [:]
+    ) async throws -> (status: Int, body: Data) {
+        let body = FrameCodec.encode(publish)
+        var headers = headers
+        if headers.isEmpty, let access = access ?? foundingAccess(of: publish.topic) {
+            headers[HTTPAuthorization.topicProofHeader] = HTTPAuthorization.topicProofHeader(
+                access: access, binding: binding("POST", "/v1/publish", body: body))
+        }
+        let result = try await raw("POST", "/v1/publish", body: body, headers: headers)
         return (result.status, result.body)
+    }
+
+    func authorization(_ identity: Identity, _ method: String, _ path: String, now: Date = Date()) -> String {
+        HTTPAuthorization.header(identity: identity, binding: binding(method, path, now: now))
     }
 }
 
@@ -156,21 +195,116 @@ struct HTTPTests {
         #expect(anonymous.status == 401)
         #expect(anonymous.body.wireError?.code == .notAuthenticated)
 
-        let strangerHeader = HTTPAuthorization.header(identity: stranger, method: "GET", path: path, now: Date())
+        let strangerHeader = fixture.authorization(stranger, "GET", path)
         let forbidden = try await fixture.http("GET", path, headers: ["Authorization": strangerHeader])
         #expect(forbidden.status == 403)
         #expect(forbidden.body.wireError?.code == .forbidden)
 
-        let wrongPath = HTTPAuthorization.header(identity: owner, method: "GET", path: "/v1/topics/other", now: Date())
+        let wrongPath = fixture.authorization(owner, "GET", "/v1/topics/other")
         #expect(try await fixture.http("GET", path, headers: ["Authorization": wrongPath]).status == 401)
-        let stale = HTTPAuthorization.header(
-            identity: owner, method: "GET", path: path, now: Date().addingTimeInterval(-3600))
+        let stale = fixture.authorization(owner, "GET", path, now: Date().addingTimeInterval(-3600))
         #expect(try await fixture.http("GET", path, headers: ["Authorization": stale]).status == 401)
 
-        let header = HTTPAuthorization.header(identity: owner, method: "GET", path: path, now: Date())
+        let header = fixture.authorization(owner, "GET", path + "?after=0")
         let allowed = try await fixture.http("GET", path + "?after=0", headers: ["Authorization": header])
         #expect(allowed.status == 200)
         #expect(allowed.body.fetchResponse?.envelopes.map(\.payload) == [Data("for owner".utf8)])
+        // The same signed request again is a replay.
+        let replayed = try await fixture.http("GET", path + "?after=0", headers: ["Authorization": header])
+        #expect(replayed.status == 401)
+        #expect(replayed.body.wireError?.code == .authenticationFailed)
+        // A changed query is not the request that was signed.
+        let signed = fixture.authorization(owner, "GET", path + "?after=0")
+        #expect(try await fixture.http("GET", path + "?after=1", headers: ["Authorization": signed]).status == 401)
+        // Signed for another relay's origin.
+        let elsewhere = HTTPAuthorization.header(
+            identity: owner,
+            binding: .fresh(
+                origin: "https://relay.evil", method: "GET", path: path, query: "", body: Data(), now: Date()))
+        #expect(try await fixture.http("GET", path, headers: ["Authorization": elsewhere]).status == 401)
+        await fixture.stop()
+    }
+
+    @Test("capability topics over HTTP: the topic proof header is bound to the body, used once, checked against the key chain")
+    func topicProofs() async throws {
+        let fixture = try await RelayFixture()
+        let first = testAccess(21)
+        let second = testAccess(22)
+        let topic = "other/" + first.foundedTopicID
+        var create = publishBody(topic, "create")
+        create.control = true
+        #expect(try await fixture.publish(create, access: first).body.ack?.seq == 1)
+        // No proof, or one by a key that is not the topic's.
+        #expect(try await fixture.publish(publishBody(topic, "x"), headers: ["X": "y"]).body.wireError?.code == .forbidden)
+        #expect(try await fixture.publish(publishBody(topic, "x"), access: second).status == 403)
+        // A proof over another body is refused.
+        let body = FrameCodec.encode(publishBody(topic, "signed"))
+        let proof = HTTPAuthorization.topicProofHeader(
+            access: first, binding: fixture.binding("POST", "/v1/publish", body: body))
+        let changed = try await fixture.raw(
+            "POST", "/v1/publish", body: FrameCodec.encode(publishBody(topic, "changed")),
+            headers: [HTTPAuthorization.topicProofHeader: proof])
+        #expect(changed.status == 401)
+        #expect(try await fixture.raw("POST", "/v1/publish", body: body, headers: [HTTPAuthorization.topicProofHeader: proof])
+            .body.ack?.seq == 2)
+        // ...and only once.
+        let replay = try await fixture.raw(
+            "POST", "/v1/publish", body: body, headers: [HTTPAuthorization.topicProofHeader: proof])
+        #expect(replay.status == 401)
+        // Rotate: the old key reads up to the rotation, then ACCESS_REVOKED.
+        var rotate = publishBody(topic, "rotate")
+        rotate.control = true
+        rotate.expectedControlSeq = 1
+        rotate.rotateAccessKey = second.publicKey
+        #expect(try await fixture.publish(rotate, access: first).body.ack?.seq == 3)
+        var stale = publishBody(topic, "late")
+        stale.control = true
+        stale.expectedControlSeq = 3
+        let revoked = try await fixture.publish(stale, access: first)
+        #expect(revoked.status == 403)
+        #expect(revoked.body.wireError?.code == .accessRevoked && revoked.body.wireError?.seq == 3)
+        var conflicting = publishBody(topic, "late")
+        conflicting.control = true
+        conflicting.expectedControlSeq = 1
+        let conflict = try await fixture.publish(conflicting, access: second)
+        #expect(conflict.status == 409)
+        #expect(conflict.body.wireError?.code == .conflict && conflict.body.wireError?.seq == 3)
+        #expect(try await fixture.publish(publishBody(topic, "4"), access: second).body.ack?.seq == 4)
+        func fetch(_ access: TopicAccess, after: UInt64) async throws -> (status: Int, body: Data, contentType: String?) {
+            let path = "/v1/topics/\(topic)?after=\(after)"
+            return try await fixture.raw(
+                "GET", path,
+                headers: [
+                    HTTPAuthorization.topicProofHeader: HTTPAuthorization.topicProofHeader(
+                        access: access, binding: fixture.binding("GET", path))
+                ])
+        }
+        let old = try await fetch(first, after: 0)
+        #expect(old.body.fetchResponse?.envelopes.map(\.seq) == [1, 2, 3])
+        #expect(old.body.fetchResponse?.envelopes.map(\.control) == [true, false, true])
+        let done = try await fetch(first, after: 3)
+        #expect(done.status == 403 && done.body.wireError?.code == .accessRevoked)
+        #expect(try await fetch(second, after: 0).body.fetchResponse?.envelopes.map(\.seq) == [1, 2, 3, 4])
+        await fixture.stop()
+    }
+
+    @Test("HTTP publishes are rate limited per IP address: 429 with Retry-After")
+    func httpRateLimit() async throws {
+        var limits = RelayLimits.default
+        limits.publishRatePerSecondPerIP = 0.001
+        limits.publishBurstPerIP = 2
+        let fixture = try await RelayFixture(limits: limits)
+        let inbox = "inbox/" + Identity(displayName: "Ada").inboxID.rawValue
+        #expect(try await fixture.publish(publishBody(inbox, "1")).status == 200)
+        #expect(try await fixture.publish(publishBody(inbox, "2")).status == 200)
+        var request = URLRequest(url: URL(string: fixture.relay.url.absoluteString + "/v1/publish")!)
+        request.httpMethod = "POST"
+        request.httpBody = FrameCodec.encode(publishBody(inbox, "3"))
+        let (data, response) = try await URLSession.shared.data(for: request)
+        let http = try #require(response as? HTTPURLResponse)
+        #expect(http.statusCode == 429)
+        #expect(Int(http.value(forHTTPHeaderField: "Retry-After") ?? "") ?? 0 >= 1)
+        #expect(data.wireError?.code == .rateLimited)
         await fixture.stop()
     }
 
@@ -224,7 +358,15 @@ struct RelayFixtureView {
     func publish(_ publish: WirePublish) async throws -> (status: Int, body: Data) {
         var request = URLRequest(url: url.appendingPathComponent("v1/publish"))
         request.httpMethod = "POST"
-        request.httpBody = FrameCodec.encode(publish)
+        let body = FrameCodec.encode(publish)
+        request.httpBody = body
+        if let access = foundingAccess(of: publish.topic), let origin = RelayOrigin.of(url) {
+            let binding = HTTPRequestBinding.fresh(
+                origin: origin, method: "POST", path: "/v1/publish", query: "", body: body, now: Date())
+            request.setValue(
+                HTTPAuthorization.topicProofHeader(access: access, binding: binding),
+                forHTTPHeaderField: HTTPAuthorization.topicProofHeader)
+        }
         let (data, response) = try await URLSession.shared.data(for: request)
         return ((response as? HTTPURLResponse)?.statusCode ?? 0, data)
     }
@@ -234,10 +376,10 @@ struct RelayFixtureView {
 struct JoinPageTests {
     static let slug = "EAoQAQIDBAUGBwgJCgsMDQ4PEBI-_abcXYZ019"
 
-    @Test("GET /join/<slug> hands the invite to the app and the CLI, and leaks it nowhere")
+    @Test("GET /join serves one static page: the slug stays in the fragment, the CSP allows only its script")
     func page() async throws {
         let fixture = try await RelayFixture()
-        var request = URLRequest(url: URL(string: fixture.relay.url.absoluteString + "/join/\(Self.slug)")!)
+        var request = URLRequest(url: URL(string: fixture.relay.url.absoluteString + "/join#\(Self.slug)")!)
         request.httpMethod = "GET"
         let (data, response) = try await URLSession.shared.data(for: request)
         let http = try #require(response as? HTTPURLResponse)
@@ -246,41 +388,36 @@ struct JoinPageTests {
         #expect(http.value(forHTTPHeaderField: "Content-Type") == "text/html; charset=utf-8")
         #expect(http.value(forHTTPHeaderField: "Referrer-Policy") == "no-referrer")
         #expect(http.value(forHTTPHeaderField: "Cache-Control") == "no-store")
-        #expect(http.value(forHTTPHeaderField: "Content-Security-Policy")?.hasPrefix("default-src 'none'") == true)
-        #expect(html.contains("href=\"rally://join/\(Self.slug)\""))
-        #expect(html.contains("rally join https://"))
+        let csp = try #require(http.value(forHTTPHeaderField: "Content-Security-Policy"))
+        #expect(csp.hasPrefix("default-src 'none'"))
+        for directive in ["frame-ancestors 'none'", "base-uri 'none'", "form-action 'none'", "script-src 'sha256-"] {
+            #expect(csp.contains(directive))
+        }
+        // The CSP hash is the hash of the one inline script on the page.
+        let script = try #require(html.components(separatedBy: "<script>").last?.components(separatedBy: "</script>").first)
+        let digest = Data(SHA256.hash(data: Data(script.utf8))).base64EncodedString()
+        #expect(csp.contains("script-src 'sha256-\(digest)'"))
+        #expect(html.components(separatedBy: "<script").count == 2)
+        #expect(!html.contains(Self.slug))
+        #expect(html.contains("location.hash"))
+        #expect(html.contains("\(WireLimits.maxInviteSlugCharacters)"))
+        #expect(html.contains("rally://join/"))
+        #expect(html.contains("rally join "))
+        #expect(html.contains("never receives it"))
         await fixture.stop()
     }
 
     @Test(
-        "Anything but a base64url slug of sane length is refused, never echoed",
-        arguments: [
-            ("%3Cscript%3Ealert(1)%3C%2Fscript%3E", "outside base64url"),
-            ("abc%22onload%3D", "outside base64url"),
-            ("slug.with.dots", "outside base64url"),
-            (String(repeating: "A", count: WireLimits.maxInviteSlugCharacters + 1), "longer than"),
-        ])
-    func refused(path: String, reason: String) async throws {
+        "The old /join/<slug> path gets the same static page and never echoes what it was given",
+        arguments: [Self.slug, "%3Cscript%3Ealert(1)%3C%2Fscript%3E", "abc%22onload%3D", "slug.with.dots"])
+    func oldPath(path: String) async throws {
         let fixture = try await RelayFixture()
         let result = try await fixture.http("GET", "/join/\(path)")
-        #expect(result.status == 400)
+        #expect(result.status == 200)
         let body = String(decoding: result.body, as: UTF8.self)
-        #expect(body.contains(reason))
-        #expect(!body.contains("<script"))
-        #expect(result.contentType == "text/plain; charset=utf-8")
+        #expect(body == JoinPage.html)
+        #expect(!body.contains(path))
+        #expect(!body.contains("alert(1)"))
         await fixture.stop()
-    }
-
-    @Test("The renderer escapes the host and accepts the longest slug")
-    func renderer() {
-        guard case .page(let html) = JoinPage.render(slug: "abc", host: "evil\"><script>") else {
-            Issue.record("expected a page")
-            return
-        }
-        #expect(!html.contains("<script>"))
-        #expect(html.contains("evil&quot;&gt;&lt;script&gt;"))
-        let longest = String(repeating: "A", count: WireLimits.maxInviteSlugCharacters)
-        #expect(JoinPage.render(slug: longest, host: "h") != .badSlug("the invite is longer than 4096 characters"))
-        #expect(JoinPage.render(slug: "", host: "h") == .badSlug("the link has no invite in it"))
     }
 }

@@ -14,6 +14,9 @@ struct SessionHarness {
     let session: RelaySession
     let inbox: FrameInbox
     var reader: FrameReader
+    /// Attach a proof by the topic's founding test key to publishes and
+    /// subscribes of capability topics that carry none.
+    var autoProof = true
 
     init(clock: any RelayClock = SystemRelayClock(), limits: RelayLimits = .default) throws {
         directory = try TemporaryDirectory()
@@ -28,6 +31,22 @@ struct SessionHarness {
 
     /// Sends a frame and returns the reply carrying its request id.
     mutating func call(_ requestID: UInt64, _ body: WireClientFrame.OneOf_Body) async -> WireServerFrame? {
+        var body = body
+        if autoProof {
+            switch body {
+            case .publish(var publish) where !publish.hasProof && !publish.topic.hasPrefix("inbox/"):
+                if let access = foundingAccess(of: publish.topic) {
+                    publish.proof = .on(session, topic: publish.topic, access: access)
+                    body = .publish(publish)
+                }
+            case .subscribe(var subscribe) where !subscribe.hasProof && !subscribe.topic.hasPrefix("inbox/"):
+                if let access = foundingAccess(of: subscribe.topic) {
+                    subscribe.proof = .on(session, topic: subscribe.topic, access: access)
+                    body = .subscribe(subscribe)
+                }
+            default: break
+            }
+        }
         let disposition = await session.handle(.make(requestID, body))
         #expect(disposition == .keepOpen)
         return await reader.reply(to: requestID)
@@ -35,7 +54,7 @@ struct SessionHarness {
 
     @discardableResult
     mutating func authenticate(_ identity: Identity) async -> WireServerFrame? {
-        await call(9_000, .authenticate(identity.authenticate(challengeNonce: session.challengeNonce)))
+        await call(9_000, .authenticate(identity.authenticate(challengeNonce: session.challengeNonce, origin: testOrigin)))
     }
 
     func finish() async {
@@ -69,9 +88,14 @@ struct SessionTests {
     func authentication() async throws {
         var harness = try SessionHarness()
         let identity = Identity(displayName: "Ada")
-        var forged = identity.authenticate(challengeNonce: Data(count: 32))
+        var forged = identity.authenticate(challengeNonce: Data(count: 32), origin: testOrigin)
         let failed = await harness.call(1, .authenticate(forged))
         #expect(failed?.errorCode == .authenticationFailed)
+        // Bound to the origin: a signature made for another relay (a relay
+        // passing its challenge through) is refused.
+        let elsewhere = identity.authenticate(
+            challengeNonce: harness.session.challengeNonce, origin: "https://evil.example")
+        #expect(await harness.call(3, .authenticate(elsewhere))?.errorCode == .authenticationFailed)
         forged.signingPublicKey = Data([1, 2, 3])
         #expect(await harness.call(2, .authenticate(forged))?.errorCode == .authenticationFailed)
         #expect(await harness.session.inboxID == nil)
@@ -256,17 +280,18 @@ struct SessionTests {
             subscribe.topic = topic
             return .subscribe(subscribe)
         }
-        #expect(await harness.call(1, subscribe("group/a"))?.subscribed.topic == "group/a")
-        #expect(await harness.call(2, subscribe("group/b"))?.subscribed.topic == "group/b")
-        #expect(await harness.call(3, subscribe("group/a"))?.subscribed.topic == "group/a")
-        #expect(await harness.call(4, subscribe("group/c"))?.errorCode == .tooManySubscriptions)
+        let (a, b, c) = (testTopic(1), testTopic(2), testTopic(3))
+        #expect(await harness.call(1, subscribe(a))?.subscribed.topic == a)
+        #expect(await harness.call(2, subscribe(b))?.subscribed.topic == b)
+        #expect(await harness.call(3, subscribe(a))?.subscribed.topic == a)
+        #expect(await harness.call(4, subscribe(c))?.errorCode == .tooManySubscriptions)
 
         var unsubscribe = WireUnsubscribe()
-        unsubscribe.topic = "group/b"
-        #expect(await harness.call(5, .unsubscribe(unsubscribe))?.unsubscribed.topic == "group/b")
-        #expect(await harness.services.hub.subscriberCount(topic: "group/b") == 0)
-        #expect(await harness.call(6, subscribe("group/c"))?.subscribed.topic == "group/c")
-        #expect(await harness.session.subscribedTopics == ["group/a", "group/c"])
+        unsubscribe.topic = b
+        #expect(await harness.call(5, .unsubscribe(unsubscribe))?.unsubscribed.topic == b)
+        #expect(await harness.services.hub.subscriberCount(topic: b) == 0)
+        #expect(await harness.call(6, subscribe(c))?.subscribed.topic == c)
+        #expect(await harness.session.subscribedTopics == [a, c])
         await harness.finish()
     }
 }

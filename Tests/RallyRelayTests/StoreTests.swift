@@ -12,7 +12,7 @@ struct StoreTests {
         let directory = try TemporaryDirectory()
         defer { directory.remove() }
         let store = try SQLiteRelayStore(url: directory.storeURL)
-        let results = try await store.append(
+        let results = try await store.appendAll(
             [request("group/a", "1"), request("group/b", "1"), request("group/a", "2"), request("group/a", "3")],
             serverTimeMilliseconds: 42)
         #expect(results.map(\.envelope.seq) == [1, 1, 2, 3])
@@ -31,9 +31,9 @@ struct StoreTests {
         let directory = try TemporaryDirectory()
         defer { directory.remove() }
         let store = try SQLiteRelayStore(url: directory.storeURL)
-        let first = try await store.append([request("group/a", "hello", key: "k1")], serverTimeMilliseconds: 1)
-        _ = try await store.append([request("group/a", "other")], serverTimeMilliseconds: 2)
-        let retry = try await store.append(
+        let first = try await store.appendAll([request("group/a", "hello", key: "k1")], serverTimeMilliseconds: 1)
+        _ = try await store.appendAll([request("group/a", "other")], serverTimeMilliseconds: 2)
+        let retry = try await store.appendAll(
             [
                 request("group/a", "hello", key: "k1"), request("group/a", "same batch", key: "k2"),
                 request("group/a", "same batch", key: "k2"),
@@ -46,7 +46,7 @@ struct StoreTests {
         let all = try await store.fetch(topic: "group/a", after: 0, limit: 100, nowMilliseconds: 0)
         #expect(all.envelopes.map(\.seq) == [1, 2, 3])
         // The same key on another topic is another publish.
-        let elsewhere = try await store.append([request("group/b", "hello", key: "k1")], serverTimeMilliseconds: 4)
+        let elsewhere = try await store.appendAll([request("group/b", "hello", key: "k1")], serverTimeMilliseconds: 4)
         #expect(!elsewhere[0].duplicate)
         try await store.close()
     }
@@ -56,7 +56,7 @@ struct StoreTests {
         let directory = try TemporaryDirectory()
         defer { directory.remove() }
         let store = try SQLiteRelayStore(url: directory.storeURL)
-        _ = try await store.append(
+        _ = try await store.appendAll(
             [
                 request("group/a", "short", expiresAt: 1_000), request("group/a", "forever"),
                 request("group/a", "later", expiresAt: 5_000), request("group/a", "short too", expiresAt: 1_500),
@@ -70,7 +70,7 @@ struct StoreTests {
         let after = try await store.fetch(topic: "group/a", after: 0, limit: 10, nowMilliseconds: 0)
         #expect(after.envelopes.map(\.seq) == [2, 3])
         #expect(after.headSeq == 4)
-        let next = try await store.append([request("group/a", "next")], serverTimeMilliseconds: 2_000)
+        let next = try await store.appendAll([request("group/a", "next")], serverTimeMilliseconds: 2_000)
         #expect(next[0].envelope.seq == 5)
         try await store.close()
     }
@@ -82,7 +82,7 @@ struct StoreTests {
         let identity = Identity(displayName: "Ada")
         do {
             let store = try SQLiteRelayStore(url: directory.storeURL)
-            _ = try await store.append(
+            _ = try await store.appendAll(
                 [request("group/a", "1", key: "k"), request("group/a", "2")], serverTimeMilliseconds: 1)
             let bundle = identity.signedKeyBundle()
             _ = try await store.putKeyBundle(
@@ -93,7 +93,7 @@ struct StoreTests {
         let store = try SQLiteRelayStore(url: directory.storeURL)
         let page = try await store.fetch(topic: "group/a", after: 0, limit: 10, nowMilliseconds: 0)
         #expect(page.envelopes.map(\.payload) == [Data("1".utf8), Data("2".utf8)])
-        let retry = try await store.append(
+        let retry = try await store.appendAll(
             [request("group/a", "1", key: "k"), request("group/a", "3")], serverTimeMilliseconds: 2)
         #expect(retry.map(\.envelope.seq) == [1, 3])
         #expect(retry.map(\.duplicate) == [true, false])

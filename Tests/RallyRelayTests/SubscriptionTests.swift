@@ -32,10 +32,11 @@ actor StalledSend {
 
 @Suite("Subscriptions", .timeLimit(.minutes(1)))
 struct SubscriptionTests {
-    private func subscribe(_ topic: String, after: UInt64) -> WireClientFrame.OneOf_Body {
+    private func subscribe(_ topic: String, after: UInt64, on session: RelaySession) -> WireClientFrame.OneOf_Body {
         var subscribe = WireSubscribe()
         subscribe.topic = topic
         subscribe.afterSeq = after
+        if let access = foundingAccess(of: topic) { subscribe.proof = .on(session, topic: topic, access: access) }
         return .subscribe(subscribe)
     }
 
@@ -48,7 +49,7 @@ struct SubscriptionTests {
             _ = try await harness.services.writer.publish(request(groupTopic, "\(index)")).get()
         }
         await harness.authenticate(Identity(displayName: "Ada"))
-        _ = await harness.session.handle(.make(1, subscribe(groupTopic, after: 2)))
+        _ = await harness.session.handle(.make(1, subscribe(groupTopic, after: 2, on: harness.session)))
         var received: [UInt64] = []
         for _ in 0..<3 { received.append(try #require(await harness.reader.envelope()).seq) }
         #expect(received == [3, 4, 5])
@@ -85,7 +86,7 @@ struct SubscriptionTests {
                 }
             }
         }
-        _ = await harness.session.handle(.make(1, subscribe(groupTopic, after: 10)))
+        _ = await harness.session.handle(.make(1, subscribe(groupTopic, after: 10, on: harness.session)))
         var received: [UInt64] = []
         while received.last != total {
             received.append(try #require(await harness.reader.envelope()).seq)
@@ -112,8 +113,8 @@ struct SubscriptionTests {
         let identity = Identity(displayName: "Ada")
 
         await stalled.open()
-        _ = await session.handle(.make(1, .authenticate(identity.authenticate(challengeNonce: session.challengeNonce))))
-        _ = await session.handle(.make(2, subscribe(groupTopic, after: 0)))
+        _ = await session.handle(.make(1, .authenticate(identity.authenticate(challengeNonce: session.challengeNonce, origin: testOrigin))))
+        _ = await session.handle(.make(2, subscribe(groupTopic, after: 0, on: session)))
         #expect(await reader.reply(to: 2)?.subscribed.caughtUpSeq == 0)
 
         // The client stops reading: envelope 1 sticks in the socket write,
@@ -135,7 +136,7 @@ struct SubscriptionTests {
         while await session.subscribedTopics.contains(groupTopic) { await Task.yield() }
 
         // Resubscribing from the cursor fills the gap.
-        _ = await session.handle(.make(3, subscribe(groupTopic, after: 5)))
+        _ = await session.handle(.make(3, subscribe(groupTopic, after: 5, on: session)))
         var resumed: [UInt64] = []
         for _ in 0..<5 { resumed.append(try #require(await reader.envelope()).seq) }
         #expect(resumed == [6, 7, 8, 9, 10])
@@ -150,7 +151,7 @@ struct SubscriptionTests {
     func unsubscribe() async throws {
         var harness = try SessionHarness()
         await harness.authenticate(Identity(displayName: "Ada"))
-        _ = await harness.session.handle(.make(1, subscribe(groupTopic, after: 0)))
+        _ = await harness.session.handle(.make(1, subscribe(groupTopic, after: 0, on: harness.session)))
         #expect(await harness.reader.reply(to: 1)?.subscribed.caughtUpSeq == 0)
         var unsubscribe = WireUnsubscribe()
         unsubscribe.topic = groupTopic

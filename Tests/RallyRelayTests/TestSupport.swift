@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import Logging
 import RallyCrypto
@@ -33,7 +34,15 @@ extension Logger {
 func makeServices(
     store: any RelayStore, clock: any RelayClock = SystemRelayClock(), limits: RelayLimits = .default
 ) -> RelayServices {
-    RelayServices(store: store, clock: clock, limits: limits, metrics: RelayMetrics(), logger: .quiet)
+    RelayServices(
+        store: store, clock: clock, limits: limits, metrics: RelayMetrics(), logger: .quiet, origins: [testOrigin])
+}
+
+extension RelayStore {
+    /// Appends and unwraps: for tests whose publishes must all be stored.
+    func appendAll(_ batch: [PublishRequest], serverTimeMilliseconds: Int64) async throws -> [AppendResult] {
+        try await append(batch, serverTimeMilliseconds: serverTimeMilliseconds).map { try $0.get() }
+    }
 }
 
 /// Frames a session sent, read in arrival order; `take(where:)` skips over
@@ -116,4 +125,34 @@ func request(_ topic: String, _ payload: String, key: String = "", expiresAt: In
         topic: topic, payload: Data(payload.utf8), idempotencyKey: Data(key.utf8), expiresAtMilliseconds: expiresAt)
 }
 
-let groupTopic = "group/" + String(repeating: "ab", count: 32)
+/// Deterministic topic access keys for tests: `testAccess(n)` founds the
+/// topic `"group/" + testAccess(n).foundedTopicID`.
+func testAccess(_ seed: UInt8) -> TopicAccess {
+    try! TopicAccess(secret: SymmetricKey(data: Data(repeating: seed, count: 32)))
+}
+
+func testTopic(_ seed: UInt8, kind: String = "group") -> String {
+    kind + "/" + testAccess(seed).foundedTopicID
+}
+
+let groupAccess = testAccess(7)
+let groupTopic = "group/" + groupAccess.foundedTopicID
+
+/// The origin `makeServices` binds signatures to.
+let testOrigin = "http://127.0.0.1:8080"
+
+/// The access key that founds `topic`, among the test keys.
+func foundingAccess(of topic: String) -> TopicAccess? {
+    for seed in UInt8(0)...UInt8(40) where topic.hasSuffix("/" + testAccess(seed).foundedTopicID) {
+        return testAccess(seed)
+    }
+    return nil
+}
+
+extension WireTopicProof {
+    static func on(
+        _ session: RelaySession, topic: String, access: TopicAccess, origin: String = testOrigin
+    ) -> WireTopicProof {
+        access.connectionProof(origin: origin, challengeNonce: session.challengeNonce, topic: topic)
+    }
+}

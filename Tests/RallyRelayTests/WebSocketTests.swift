@@ -9,12 +9,18 @@ import Testing
 struct WireClient {
     let socket: RawWebSocket
     let challenge: WireChallenge
+    /// The origin the relay answers to on this port.
+    let origin: String
 
     static func connect(_ fixture: RelayFixture) async throws -> WireClient {
         let socket = try await RawWebSocket.connect(port: fixture.relay.port)
         let first = try #require(try await socket.receive())
         let frame = try FrameCodec.decodeServerFrame(first.payload)
-        return WireClient(socket: socket, challenge: frame.challenge)
+        return WireClient(socket: socket, challenge: frame.challenge, origin: "http://127.0.0.1:\(fixture.relay.port)")
+    }
+
+    func proof(_ topic: String, _ access: TopicAccess) -> WireTopicProof {
+        access.connectionProof(origin: origin, challengeNonce: challenge.nonce, topic: topic)
     }
 
     func send(_ requestID: UInt64, _ body: WireClientFrame.OneOf_Body) async throws {
@@ -36,7 +42,7 @@ struct WireClient {
     }
 
     func authenticate(_ identity: Identity) async throws {
-        try await send(1, .authenticate(identity.authenticate(challengeNonce: challenge.nonce)))
+        try await send(1, .authenticate(identity.authenticate(challengeNonce: challenge.nonce, origin: origin)))
         #expect(try await next()?.authenticated.inboxID == identity.inboxID.rawValue)
     }
 
@@ -134,7 +140,9 @@ struct WebSocketTests {
         let fixture = try await RelayFixture()
         let client = try await WireClient.connect(fixture)
         try await client.authenticate(Identity(displayName: "Ada"))
-        try await client.send(2, .publish(publishBody(groupTopic, "x")))
+        var publish = publishBody(groupTopic, "x")
+        publish.proof = client.proof(groupTopic, groupAccess)
+        try await client.send(2, .publish(publish))
         #expect(try await client.next()?.publishAck.seq == 1)
         // Stop while the client still reads, so it can answer the close.
         let stopping = Task { await fixture.relay.stop() }
@@ -148,5 +156,45 @@ struct WebSocketTests {
         #expect(try await store.headSeq(topic: groupTopic) == 1)
         try await store.close()
         fixture.directory.remove()
+    }
+
+    @Test("the connection cap refuses with TOO_MANY_CONNECTIONS and closes; a freed slot is reusable")
+    func connectionCap() async throws {
+        var limits = RelayLimits.default
+        limits.maxConnectionsPerIP = 1
+        let fixture = try await RelayFixture(limits: limits)
+        let first = try await WireClient.connect(fixture)
+        let refused = try await RawWebSocket.connect(port: fixture.relay.port)
+        let message = try #require(try await refused.receive())
+        #expect(try FrameCodec.decodeServerFrame(message.payload).errorCode == .tooManyConnections)
+        var rest: [UInt8] = []
+        while let next = try await refused.receive() { rest.append(next.opcode) }
+        #expect(rest.allSatisfy { $0 == 0x8 })
+        try await first.expectStillServing()
+        await first.close()
+        while fixture.relay.server.services.connections.openCount > 0 { await Task.yield() }
+        let again = try await WireClient.connect(fixture)
+        try await again.expectStillServing()
+        await again.close()
+        await fixture.stop()
+    }
+
+    @Test("an authentication signed for another origin is refused over the socket")
+    func otherOrigin() async throws {
+        let fixture = try await RelayFixture()
+        let client = try await WireClient.connect(fixture)
+        let identity = Identity(displayName: "Ada")
+        try await client.send(
+            1, .authenticate(identity.authenticate(challengeNonce: client.challenge.nonce, origin: "http://relay.evil:8080")))
+        #expect(try await client.next()?.errorCode == .authenticationFailed)
+        // localhost is the same loopback relay.
+        try await client.send(
+            2,
+            .authenticate(
+                identity.authenticate(
+                    challengeNonce: client.challenge.nonce, origin: "http://localhost:\(fixture.relay.port)")))
+        #expect(try await client.next()?.authenticated.inboxID == identity.inboxID.rawValue)
+        await client.close()
+        await fixture.stop()
     }
 }

@@ -16,7 +16,9 @@ actor GatedStore: RelayStore {
 
     init(_ inner: SQLiteRelayStore) { self.inner = inner }
 
-    func append(_ batch: [PublishRequest], serverTimeMilliseconds: Int64) async throws -> [AppendResult] {
+    func append(
+        _ batch: [PublishRequest], serverTimeMilliseconds: Int64
+    ) async throws -> [Result<AppendResult, AppendRefusal>] {
         batchSizes.append(batch.count)
         if !isOpen {
             entered?.resume()
@@ -38,8 +40,14 @@ actor GatedStore: RelayStore {
         gate = nil
     }
 
-    func fetch(topic: String, after: UInt64, limit: Int, nowMilliseconds: Int64) async throws -> FetchResult {
-        try await inner.fetch(topic: topic, after: after, limit: limit, nowMilliseconds: nowMilliseconds)
+    func fetch(
+        topic: String, after: UInt64, limit: Int, maxBytes: Int, nowMilliseconds: Int64
+    ) async throws -> FetchResult {
+        try await inner.fetch(
+            topic: topic, after: after, limit: limit, maxBytes: maxBytes, nowMilliseconds: nowMilliseconds)
+    }
+    func accessKeyStatus(topic: String, key: Data) async throws -> AccessKeyStatus {
+        try await inner.accessKeyStatus(topic: topic, key: key)
     }
     func headSeq(topic: String) async throws -> UInt64 { try await inner.headSeq(topic: topic) }
     func putKeyBundle(
@@ -51,8 +59,8 @@ actor GatedStore: RelayStore {
     func keyBundle(inboxID: InboxID) async throws -> WireSignedKeyBundle? {
         try await inner.keyBundle(inboxID: inboxID)
     }
-    func deleteExpired(nowMilliseconds: Int64) async throws -> Int {
-        try await inner.deleteExpired(nowMilliseconds: nowMilliseconds)
+    func deleteExpired(nowMilliseconds: Int64, inboxCutoffMilliseconds: Int64) async throws -> Int {
+        try await inner.deleteExpired(nowMilliseconds: nowMilliseconds, inboxCutoffMilliseconds: inboxCutoffMilliseconds)
     }
     func close() async throws { try await inner.close() }
 }

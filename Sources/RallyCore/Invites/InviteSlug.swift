@@ -108,8 +108,9 @@ public enum InviteSlug {
     }
 }
 
-/// Invite links: `rally://join/<slug>`, `https://<host>/join/<slug>`, or the
-/// bare slug.
+/// Invite links: `rally://join/<slug>`, `https://<host>/join#<slug>` (the
+/// slug in the fragment, which browsers never send to the relay), the older
+/// `https://<host>/join/<slug>`, or the bare slug.
 public enum InviteLink {
     /// The app link, and the web link on the relay's own origin (where the
     /// relay serves a page that hands the invite on): `https://<host>` for
@@ -121,7 +122,7 @@ public enum InviteLink {
         components.host = relayURL.host.flatMap { $0.isEmpty ? nil : $0 } ?? "localhost"
         components.port = relayURL.port
         let origin = components.string ?? "https://localhost"
-        return ("rally://join/\(slug)", "\(origin)/join/\(slug)")
+        return ("rally://join/\(slug)", "\(origin)/join#\(slug)")
     }
 
     /// Extracts the slug from a link or returns the text if it is a bare
@@ -140,9 +141,14 @@ public enum InviteLink {
             return slug
         }
         if trimmed.hasPrefix("https://") || trimmed.hasPrefix("http://") {
-            guard let url = URLComponents(string: trimmed), url.path.hasPrefix("/join/") else {
-                throw .notAnInviteLink(trimmed)
+            guard let url = URLComponents(string: trimmed) else { throw .notAnInviteLink(trimmed) }
+            if url.path == "/join" {
+                guard let slug = url.fragment, !slug.isEmpty, !slug.contains("/"), !slug.contains("?"),
+                    !slug.contains("#")
+                else { throw .notAnInviteLink(trimmed) }
+                return slug
             }
+            guard url.path.hasPrefix("/join/") else { throw .notAnInviteLink(trimmed) }
             let slug = String(url.path.dropFirst("/join/".count))
             guard !slug.isEmpty, !slug.contains("/") else { throw .notAnInviteLink(trimmed) }
             return slug

@@ -14,6 +14,17 @@ public enum RelayClientError: Error, Equatable, Sendable, CustomStringConvertibl
     case protocolViolation(String)
     /// No answer within the timeout.
     case timedOut(String)
+    /// A control publish lost the race: the topic's last control entry is
+    /// `lastControlSeq`. Read up to it and rebuild.
+    case conflict(topic: String, lastControlSeq: UInt64)
+    /// The access key presented was replaced: it may read up to
+    /// `lastReadableSeq` and can no longer publish.
+    case accessRevoked(topic: String, lastReadableSeq: UInt64)
+    /// A storage quota (the inbox's or the topic's) is full.
+    case quotaExceeded(topic: String, message: String)
+    /// Too many publishes (per connection, address or identity, or the
+    /// relay's write queue is full): try again after `retryAfter`.
+    case rateLimited(topic: String, retryAfter: Duration, message: String)
 
     public var description: String {
         switch self {
@@ -22,6 +33,38 @@ public enum RelayClientError: Error, Equatable, Sendable, CustomStringConvertibl
         case .refused(let code, let message): "relay refused (\(code.name)): \(message)"
         case .protocolViolation(let reason): "relay protocol error: \(reason)"
         case .timedOut(let what): "timed out waiting for the relay: \(what)"
+        case .conflict(let topic, let seq): "relay refused (CONFLICT) on \(topic): the last control entry is seq \(seq)"
+        case .accessRevoked(let topic, let seq):
+            "relay refused (ACCESS_REVOKED) on \(topic): this access key may read up to seq \(seq)"
+        case .quotaExceeded(let topic, let message): "relay refused (QUOTA_EXCEEDED) on \(topic): \(message)"
+        case .rateLimited(_, let retryAfter, let message):
+            "relay refused (RATE_LIMITED): \(message); retry after \(retryAfter)"
+        }
+    }
+
+    /// The relay's error code, when the relay refused.
+    public var code: WireErrorCode? {
+        switch self {
+        case .refused(let code, _): code
+        case .conflict: .conflict
+        case .accessRevoked: .accessRevoked
+        case .quotaExceeded: .quotaExceeded
+        case .rateLimited: .rateLimited
+        case .unreachable, .disconnected, .protocolViolation, .timedOut: nil
+        }
+    }
+
+    /// The typed error for an `Error` frame of the relay.
+    public init(_ error: WireError) {
+        switch error.code {
+        case .conflict: self = .conflict(topic: error.topic, lastControlSeq: error.seq)
+        case .accessRevoked: self = .accessRevoked(topic: error.topic, lastReadableSeq: error.seq)
+        case .quotaExceeded: self = .quotaExceeded(topic: error.topic, message: error.message)
+        case .rateLimited:
+            self = .rateLimited(
+                topic: error.topic, retryAfter: .milliseconds(Int64(clamping: error.retryAfterMs)),
+                message: error.message)
+        default: self = .refused(code: error.code, message: error.message)
         }
     }
 
@@ -29,8 +72,11 @@ public enum RelayClientError: Error, Equatable, Sendable, CustomStringConvertibl
     public var isTransient: Bool {
         switch self {
         case .unreachable, .disconnected, .timedOut: true
-        case .refused(let code, _): code == .rateLimited || code == .shuttingDown || code == .slowConsumer
-        case .protocolViolation: false
+        case .refused(let code, _):
+            code == .rateLimited || code == .shuttingDown || code == .slowConsumer || code == .tooManyConnections
+                || code == .idleTimeout
+        case .rateLimited: true
+        case .protocolViolation, .conflict, .accessRevoked, .quotaExceeded: false
         }
     }
 }

@@ -18,8 +18,14 @@ public actor RelayConnection {
     }
 
     public static let defaultTimeout: Duration = .seconds(15)
+    /// How often an otherwise quiet connection pings, so the relay's idle
+    /// timeout (5 minutes by default) does not close a live subscription.
+    public static let keepAliveInterval: Duration = .seconds(60)
 
     public nonisolated let relayURL: URL
+    /// The relay's origin as signatures bind it (`RelayOrigin`): the
+    /// authentication and every topic proof on this connection.
+    public nonisolated let origin: String
     private let logger: Logger
     private var writer: WebSocketOutboundWriter?
     private var nextRequestID: UInt64 = 1
@@ -30,11 +36,22 @@ public actor RelayConnection {
     private var cancelledRequests: Set<UInt64> = []
     private var closedError: RelayClientError?
     private var runTask: Task<Void, Never>?
+    private var keepAliveTask: Task<Void, Never>?
     public private(set) var authenticatedInbox: InboxID?
 
     private init(relayURL: URL, logger: Logger) {
         self.relayURL = relayURL
+        self.origin = RelayOrigin.of(relayURL) ?? RelayOrigin.of(URL(string: Self.webSocketURL(for: relayURL))!) ?? ""
         self.logger = logger
+    }
+
+    /// The challenge nonce of this connection (proofs are bound to it).
+    public var challengeNonce: Data? { challenge?.nonce }
+
+    /// A topic proof for `topic` on this connection, or nil for an inbox.
+    private func proof(_ access: TopicAccess?, topic: TopicName) -> WireTopicProof? {
+        guard let access, let challenge else { return nil }
+        return access.connectionProof(origin: origin, challengeNonce: challenge.nonce, topic: topic.rawValue)
     }
 
     /// Opens a connection, waits for the relay's challenge and, given an
@@ -96,6 +113,17 @@ public actor RelayConnection {
             await close()
             throw .disconnected("\(error)")
         }
+        keepAliveTask = Task { [weak self] in
+            while true {
+                do {
+                    try await Task.sleep(for: Self.keepAliveInterval)
+                } catch {
+                    return
+                }
+                guard let self, await self.isOpen else { return }
+                try? await self.ping()
+            }
+        }
     }
 
     private func cancelChallengeWait() {
@@ -124,7 +152,7 @@ public actor RelayConnection {
     private func authenticate(_ identity: Identity) async throws(RelayClientError) {
         guard let challenge else { throw .protocolViolation("no challenge received") }
         var frame = WireClientFrame()
-        frame.authenticate = identity.authenticate(challengeNonce: challenge.nonce)
+        frame.authenticate = identity.authenticate(challengeNonce: challenge.nonce, origin: origin)
         let reply = try await request(frame)
         guard case .authenticated(let authenticated)? = reply.body else {
             throw .protocolViolation("expected authenticated, got \(String(describing: reply.body))")
@@ -167,7 +195,7 @@ public actor RelayConnection {
             throw .disconnected("\(error)")
         }
         if case .error(let error)? = reply.body {
-            throw .refused(code: error.code, message: error.message)
+            throw RelayClientError(error)
         }
         return reply
     }
@@ -215,8 +243,17 @@ public actor RelayConnection {
         }
     }
 
+    /// Publishes to a topic. Every topic but an inbox needs `access` (its
+    /// current access key; the proof is made for this connection). A
+    /// control entry (a group commit) names the seq of the last control
+    /// entry its author has read (`expectedControlSeq`, 0: none) and may
+    /// rotate the topic's access key (`rotateAccessKey`: the new key's
+    /// public key, 32 bytes). Throws `.conflict`, `.accessRevoked`,
+    /// `.quotaExceeded`, `.rateLimited` or `.refused`.
     public func publish(
-        topic: TopicName, payload: Data, idempotencyKey: Data, shouldPush: Bool = false, expiresAt: Date? = nil
+        topic: TopicName, payload: Data, idempotencyKey: Data, shouldPush: Bool = false, expiresAt: Date? = nil,
+        access: TopicAccess? = nil, control: Bool = false, expectedControlSeq: UInt64 = 0,
+        rotateAccessKey: Data? = nil
     ) async throws(RelayClientError) -> WirePublishAck {
         var publish = WirePublish()
         publish.topic = topic.rawValue
@@ -224,6 +261,10 @@ public actor RelayConnection {
         publish.idempotencyKey = idempotencyKey
         publish.shouldPush = shouldPush
         if let expiresAt { publish.expiresAtMs = Int64(expiresAt.timeIntervalSince1970 * 1000) }
+        if let proof = proof(access, topic: topic) { publish.proof = proof }
+        publish.control = control
+        publish.expectedControlSeq = expectedControlSeq
+        if let rotateAccessKey { publish.rotateAccessKey = rotateAccessKey }
         var frame = WireClientFrame()
         frame.publish = publish
         let reply = try await request(frame)
@@ -264,8 +305,12 @@ public actor RelayConnection {
 
     /// Subscribes to a topic from a cursor: the stream yields the backlog,
     /// then `.caughtUp`, then live envelopes. It ends with an error when the
-    /// relay refuses or the connection drops.
-    public func subscribe(topic: TopicName, after cursor: UInt64) -> AsyncThrowingStream<SubscriptionEvent, any Error> {
+    /// relay refuses or the connection drops. Every topic but an inbox
+    /// needs `access`: any key of the topic's chain; a retired key reads up
+    /// to its last seq, then the stream ends with `.accessRevoked`.
+    public func subscribe(
+        topic: TopicName, after cursor: UInt64, access: TopicAccess? = nil
+    ) -> AsyncThrowingStream<SubscriptionEvent, any Error> {
         let (stream, continuation) = AsyncThrowingStream<SubscriptionEvent, any Error>.makeStream()
         if let closedError {
             continuation.finish(throwing: closedError)
@@ -276,6 +321,7 @@ public actor RelayConnection {
         var frame = WireClientFrame()
         frame.subscribe.topic = topic.rawValue
         frame.subscribe.afterSeq = cursor
+        if let proof = proof(access, topic: topic) { frame.subscribe.proof = proof }
         Task {
             do {
                 let reply = try await self.request(frame, timeout: .seconds(120))
@@ -327,10 +373,10 @@ public actor RelayConnection {
             // A pushed error: ends a subscription (slow consumer) or warns
             // that the connection is about to close.
             if !error.topic.isEmpty, let continuation = subscriptions.removeValue(forKey: error.topic) {
-                continuation.finish(throwing: RelayClientError.refused(code: error.code, message: error.message))
+                continuation.finish(throwing: RelayClientError(error))
             } else {
                 logger.warning("relay error: \(error.code.name): \(error.message)")
-                closedError = .refused(code: error.code, message: error.message)
+                closedError = RelayClientError(error)
             }
         default:
             if let continuation = pending.removeValue(forKey: frame.requestID) {
@@ -349,6 +395,7 @@ public actor RelayConnection {
         pending.removeAll()
         for continuation in subscriptions.values { continuation.finish(throwing: reason) }
         subscriptions.removeAll()
+        keepAliveTask?.cancel()
     }
 
     public var isOpen: Bool { closedError == nil && writer != nil }
