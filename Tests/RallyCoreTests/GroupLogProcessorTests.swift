@@ -89,7 +89,8 @@ struct GroupLogScenario {
         for (newcomer, role) in [
             (\GroupLogScenario.admin, GroupRole.admin), (\.member, .member), (\.observer, .observer),
         ] {
-            _ = try publish(by: \.owner, T.add(self[keyPath: newcomer].identity.publicIdentity, as: role), readers: readers)
+            _ = try publish(
+                by: \.owner, T.add(self[keyPath: newcomer].identity.publicIdentity, as: role), readers: readers)
             try welcome(newcomer)
             readers.append(newcomer)
         }
@@ -154,7 +155,9 @@ struct GroupLogScenario {
     }
 
     /// Ada removes Bea with a fresh key sealed to Olive, Ada and Vic.
-    mutating func adminRemovesMember(readers: [Reader]? = nil) throws -> (
+    mutating func adminRemovesMember(
+        readers: [Reader]? = nil
+    ) throws -> (
         commit: WireGroupCommit, fresh: GroupFreshKey, events: [GroupLogEvent]
     ) {
         let state = admin.record.state
@@ -421,7 +424,8 @@ struct GroupLogProcessorTests {
             Data(),
             Data(repeating: 1, count: 32),
             // Keyed by a key no member holds.
-            CommitSealing.epochLink(previousEpochKey: EpochKeys.newKey(), groupID: T.groupID, epoch: 5, transcript: transcript),
+            CommitSealing.epochLink(
+                previousEpochKey: EpochKeys.newKey(), groupID: T.groupID, epoch: 5, transcript: transcript),
             // Keyed right, but over another transcript than the entry names.
             CommitSealing.epochLink(
                 previousEpochKey: try #require(s.owner.keys[4]), groupID: T.groupID, epoch: 5,
@@ -430,7 +434,8 @@ struct GroupLogProcessorTests {
         for link in wrongLinks {
             let events = try s.publish(
                 payload: S.message(
-                    "from the future", from: s.admin.identity, epoch: 5, key: EpochKeys.newKey(), transcript: transcript,
+                    "from the future", from: s.admin.identity, epoch: 5, key: EpochKeys.newKey(),
+                    transcript: transcript,
                     epochLink: link))
             #expect(events.map(\.rejection) == Array(repeating: .futureEpoch(5), count: 4))
             let sealed = try T.sealed(

@@ -104,7 +104,8 @@ extension GroupRejectionCase {
         .init("create: empty name") { w in
             let fresh = GroupState(groupID: T.groupID)
             return on(
-                fresh, T.commit(T.create(""), by: w.owner, on: fresh), by: w.owner, .invalidProfile("the name is empty"))
+                fresh, T.commit(T.create(""), by: w.owner, on: fresh), by: w.owner, .invalidProfile("the name is empty")
+            )
         },
         .init("create: 257-byte name") { w in
             let fresh = GroupState(groupID: T.groupID)
@@ -560,7 +561,8 @@ struct GroupRulesTests {
 
     @Test func createMakesTheAuthorOwnerAndStartsEpochOne() throws {
         let owner = T.identity("Olive")
-        let commit = T.commit(T.create("Hikers", description: "Sunday walks"), by: owner, on: GroupState(groupID: T.groupID))
+        let commit = T.commit(
+            T.create("Hikers", description: "Sunday walks"), by: owner, on: GroupState(groupID: T.groupID))
         let state = try expectApplied(commit, by: owner, on: GroupState(groupID: T.groupID), effects: [.created])
         #expect(state.isCreated)
         #expect(state.epoch == 1)

@@ -133,7 +133,7 @@ struct InviteRotationTests {
         #expect(state.inviteIdentity == w.otherKeys.identity.publicIdentity)
         #expect(state.retiredInviteIdentities == [w.keys.identity.publicIdentity])
         #expect(state.retiredInviteTags.contains(w.tag))
-        try expectRejected(admission(w, tag: w.tag, on: state), by: w.owner, on: state, .inviteRevoked)
+        try expectRejected(admission(w, tag: w.tag, by: w.owner, on: state), by: w.owner, on: state, .inviteRevoked)
         // A rotation to a retired tag is refused.
         try expectRejected(
             w.commit(W.rotate(w.tag), by: w.owner, on: state), by: w.owner, on: state, .invalidInviteTag)

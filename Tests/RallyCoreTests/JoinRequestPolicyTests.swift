@@ -128,9 +128,16 @@ struct JoinPolicyWorld {
     /// Ada demoted to `role`. Invites are set up, so the demotion rotates
     /// the invite identity and tag to the admins who keep their rights.
     func issuerDemoted(to role: GroupRole, _ state: GroupState? = nil) throws -> GroupState {
+        try demoted(w.admin, to: role, state)
+    }
+
+    /// `admin` demoted to `role` by the owner, rotating the invite identity
+    /// to the admins who remain.
+    func demoted(_ admin: Identity, to role: GroupRole, _ state: GroupState? = nil) throws -> GroupState {
         let before = state ?? w.state
-        var commit = w.commit(GroupTest.changeRole(w.admin.inboxID, to: role), by: w.owner, on: before)
-        commit.rotateInvites = try w.rotation(sealedTo: [w.owner, w.admin2].map(\.publicIdentity), on: before)
+        var commit = w.commit(GroupTest.changeRole(admin.inboxID, to: role), by: w.owner, on: before)
+        let remaining = before.sortedMembers.filter { $0.role >= .admin && $0.inboxID != admin.inboxID }
+        commit.rotateInvites = try w.rotation(sealedTo: remaining.map(\.identity), on: before)
         var next = before
         try W.require(next.apply(commit, signedBy: w.owner))
         return next
@@ -373,8 +380,7 @@ struct JoinRequestPolicyTests {
             (p.context(status: .creating), Self.notAdmin)
         },
         .init("not for this client: demoted, beats revoked") { p in
-            let state = try p.rotated(
-                p.w.applying(GroupTest.changeRole(p.w.admin2.inboxID, to: .member), by: p.w.owner))
+            let state = try p.rotated(p.demoted(p.w.admin2, to: .member))
             return (p.context(state: state), Self.notAdmin)
         },
         .init("not for this client: beats an exploded group") { p in

@@ -162,7 +162,10 @@ struct CommitSealingTests {
         let ab = CommitSealing.transcript(after: afterA, commitBytes: b)
         let ba = CommitSealing.transcript(after: CommitSealing.transcript(after: start, commitBytes: b), commitBytes: a)
         #expect(ab != ba)
-        #expect(ab == CommitSealing.transcript(after: CommitSealing.transcript(after: start, commitBytes: a), commitBytes: b))
+        #expect(
+            ab
+                == CommitSealing.transcript(
+                    after: CommitSealing.transcript(after: start, commitBytes: a), commitBytes: b))
     }
 
     @Test func theTranscriptIsSHA256OverDomainParentAndBytes() {
@@ -184,11 +187,12 @@ struct CommitSealingTests {
                 == CommitSealing.epochLink(
                     previousEpochKey: epochKey, groupID: Self.groupID, epoch: 5, transcript: transcript))
         func valid(
-            _ link: Data, key: SymmetricKey? = nil, groupID: String = groupID, epoch: UInt64 = 5,
-            transcript: Data = transcript
+            _ link: Data, key: SymmetricKey? = nil, groupID: String? = nil, epoch: UInt64 = 5,
+            transcript other: Data? = nil
         ) -> Bool {
             CommitSealing.isValidEpochLink(
-                link, previousEpochKey: key ?? epochKey, groupID: groupID, epoch: epoch, transcript: transcript)
+                link, previousEpochKey: key ?? epochKey, groupID: groupID ?? Self.groupID, epoch: epoch,
+                transcript: other ?? transcript)
         }
         #expect(valid(link))
         #expect(!valid(link, key: otherKey))
