@@ -384,6 +384,72 @@ struct GroupLogProcessorTests {
         #expect(s.owner.record.state.profile.name == "Hikers")
     }
 
+    @Test func theCreateCommitIsSealedUnderEpochZerosKeyAndKeyOneDerivesFromIt() throws {
+        let olive = T.identity("Olive")
+        let key0 = EpochKeys.newKey()
+        var owner = GroupClientSim(
+            identity: olive,
+            record: GroupRecord(
+                groupID: T.groupID, topicID: T.topicID, state: GroupState(groupID: T.groupID), status: .creating),
+            keys: [0: key0])
+        let create = owner.commit(T.create())
+        #expect(create.epoch == 0)
+        #expect(create.parentTranscript == CommitSealing.initialTranscript(groupID: T.groupID))
+        var envelope = T.envelope(try owner.sealedEntry(create), seq: 1)
+        envelope.control = true
+        let event = try owner.process(envelope)
+        guard case .commit(_, _, _, .applied) = event else {
+            Issue.record("expected the create to apply, got \(event)")
+            return
+        }
+        #expect(owner.record.status == .active)
+        let derived = EpochKeys.derive(from: key0, epoch: 1, commitID: create.commitID)
+        #expect(owner.keyBytes(1) == derived.withUnsafeBytes { Data($0) })
+        #expect(
+            owner.record.epochLink
+                == CommitSealing.epochLink(
+                    previousEpochKey: key0, groupID: T.groupID, epoch: 1, transcript: owner.record.state.transcript))
+        #expect(owner.record.lastControlSeq == 1)
+
+        // The same create sealed under any other key does not open.
+        var other = GroupClientSim(
+            identity: olive,
+            record: GroupRecord(
+                groupID: T.groupID, topicID: T.topicID, state: GroupState(groupID: T.groupID), status: .creating),
+            keys: [0: EpochKeys.newKey()])
+        #expect(
+            try other.process(envelope).rejection == .undecryptable(RallyCryptoError.decryptionFailed.description))
+        #expect(other.record.status == .creating)
+    }
+
+    @Test func aFreshKeyMovesTheAccessSecretOfTheMembersGivenItOnly() throws {
+        var s = try S()
+        let before = s.member.record.accessSecret
+        let (_, fresh, _) = try s.adminRemovesMember()
+        let expected = TopicAccess.secret(fromEpochKey: fresh.key).withUnsafeBytes { Data($0) }
+        for client in [s.owner, s.admin, s.observer] {
+            #expect(client.record.accessSecret == expected, "\(client.identity.displayName)")
+        }
+        #expect(s.member.record.accessSecret == before)
+        #expect(s.member.record.accessSecret != expected)
+    }
+
+    @Test func theLastControlSeqFollowsControlEntriesOnly() throws {
+        var s = try S()
+        #expect(s.owner.record.lastControlSeq == 4)
+        // A message is no control entry.
+        _ = try s.publish(payload: s.owner.message("hello"))
+        #expect(s.owner.record.lastControlSeq == 4)
+        // Junk flagged as control counts: the relay stored it as one.
+        _ = try s.publish(payload: Data([0xFF]), control: true)
+        #expect([s.owner, s.admin, s.member, s.observer].allSatisfy { $0.record.lastControlSeq == 6 })
+        // A redelivered older control entry does not move it back.
+        var old = s.log[0]
+        old.control = true
+        try s.owner.process(old)
+        #expect(s.owner.record.lastControlSeq == 6)
+    }
+
     // MARK: Divergence
 
     @Test func aMemberThatMissedARemovalDivergesOnTheNextEpochsMessage() throws {
