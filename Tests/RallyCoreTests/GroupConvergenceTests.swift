@@ -1,34 +1,55 @@
+import Crypto
 import Foundation
-import RallyCore
 import RallyCrypto
 import RallyTestSupport
 import RallyWire
 import Testing
 
+@testable import RallyCore
+
 /// Generates a plausible, hostile group log from a seed: mostly real
 /// actions by random actors (with and without the role, removed members,
 /// strangers), races of two commits on the same epoch, re-published
-/// duplicates, and entries that do not verify.
+/// duplicates, commits on a forked history, and entries that do not open
+/// or do not verify. Every commit is sealed as `RallyClient` seals it:
+/// under the commit key of the epoch it builds on, with that epoch's
+/// transcript and epoch link.
 struct GroupLogGenerator {
     typealias T = GroupTest
 
     var rng: SeededGenerator
     let pool: [Identity]
+    /// Every fresh key the generator sealed, by commitment: what a member
+    /// the key was sealed to opens.
+    private(set) var freshKeys: [Data: SymmetricKey] = [:]
+    let firstKey: SymmetricKey
     /// The generator's own reading of the log, to build commits that are
-    /// mostly valid.
-    private(set) var model = GroupState(groupID: GroupTest.groupID)
-    private(set) var log: [WireSignedGroupCommit] = []
+    /// mostly valid: a reader holding every key.
+    private(set) var reader: GroupReducer
+    /// The transcript and epoch link of every epoch the reader reached.
+    private var transcripts: [UInt64: Data] = [:]
+    private var links: [UInt64: Data] = [:]
+    private(set) var log: [Data] = []
+
+    var model: GroupState { reader.state }
 
     init(seed: UInt64) throws {
         var rng = SeededGenerator(seed: seed)
         let size = 5 + Int(seed % 4)
         pool = try (0..<size).map { try T.identity("P\($0)", using: &rng) }
+        firstKey = SymmetricKey(data: rng.bytes(32))
+        reader = GroupReducer(firstKey: firstKey)
         self.rng = rng
+        transcripts[0] = reader.state.transcript
+        links[0] = Data()
     }
 
-    mutating func generate(steps: Int) throws -> [WireSignedGroupCommit] {
+    mutating func generate(steps: Int) throws -> [Data] {
         if rng.chance(50) { try append(makeCommit(forcing: .leave)) }  // before the create: notCreated
-        try append(T.signed(T.commit(T.create("Seed group"), by: pool[0], epoch: 0, id: rng.bytes(16)), by: pool[0]))
+        try append(
+            seal(
+                T.signed(T.commit(T.create("Seed group"), by: pool[0], on: model, id: rng.bytes(16)), by: pool[0]),
+                epoch: 0))
         for _ in 0..<steps {
             let roll = Int.random(in: 0..<100, using: &rng)
             switch roll {
@@ -49,9 +70,21 @@ struct GroupLogGenerator {
         return log
     }
 
-    private mutating func append(_ signed: WireSignedGroupCommit) throws {
-        log.append(signed)
-        if let verified = try? VerifiedGroupCommit.verify(signed) { _ = model.apply(verified) }
+    private mutating func append(_ payload: Data) throws {
+        log.append(payload)
+        _ = reader.feed(payload, seq: UInt64(log.count), freshKeys: freshKeys)
+        transcripts[model.epoch] = model.transcript
+        links[model.epoch] = reader.record.epochLink
+    }
+
+    /// Seals `signed` as a member at `epoch` does; an epoch the group has
+    /// not reached gets a key, transcript and link nobody holds.
+    private mutating func seal(_ signed: WireSignedGroupCommit, epoch: UInt64) throws -> Data {
+        let key = reader.keys[epoch] ?? SymmetricKey(data: rng.bytes(32))
+        let sealed = try T.sealed(
+            signed, epoch: epoch, epochKey: key, transcript: transcripts[epoch] ?? rng.bytes(32),
+            epochLink: links[epoch] ?? rng.bytes(32))
+        return T.entryPayload(sealed)
     }
 
     private mutating func pick<E>(_ items: [E]) -> E { items[Int.random(in: 0..<items.count, using: &rng)] }
@@ -78,7 +111,7 @@ struct GroupLogGenerator {
         }
     }
 
-    private mutating func makeCommit(forcing forced: Kind? = nil) throws -> WireSignedGroupCommit {
+    private mutating func makeCommit(forcing forced: Kind? = nil) throws -> Data {
         let state = model
         var author: Identity
         if !members.isEmpty, rng.chance(78) {
@@ -103,19 +136,26 @@ struct GroupLogGenerator {
         } else if epochRoll < 10 {
             epoch += 1
         }
+        // A stale author builds on the transcript it had; a few build on a
+        // history nobody else was shown.
+        let parent = rng.chance(3) ? rng.bytes(32) : transcripts[epoch] ?? rng.bytes(32)
         let memberIdentities = members.map(\.identity)
         let others = members.filter { $0.inboxID != author.inboxID }
-        var commit = T.commit(nil, by: author, epoch: epoch, id: rng.bytes(16))
+        var commit = T.commit(nil, by: author, epoch: epoch, id: rng.bytes(16), parentTranscript: parent)
+        var freshKeys = self.freshKeys
 
         /// Seals a fresh key, usually to exactly `remaining`.
         func attachKey(_ remaining: [PublicIdentity], target: PublicIdentity?, rng: inout SeededGenerator) throws {
             let roll = Int.random(in: 0..<100, using: &rng)
+            let fresh: GroupFreshKey
             switch roll {
-            case 0..<82: try T.attachFreshKey(to: &commit, for: remaining)
-            case 82..<88: try T.attachFreshKey(to: &commit, for: remaining + [target ?? pool[0].publicIdentity])
-            case 88..<94: try T.attachFreshKey(to: &commit, for: Array(remaining.dropLast()))
-            default: break
+            case 0..<82: fresh = try T.attachFreshKey(to: &commit, for: remaining)
+            case 82..<88:
+                fresh = try T.attachFreshKey(to: &commit, for: remaining + [target ?? pool[0].publicIdentity])
+            case 88..<94: fresh = try T.attachFreshKey(to: &commit, for: Array(remaining.dropLast()))
+            default: return
             }
+            freshKeys[fresh.commitment] = fresh.key
         }
 
         var kind = forced ?? kind()
@@ -146,48 +186,124 @@ struct GroupLogGenerator {
         case .empty:
             break
         }
-        return T.signed(commit, by: author)
+        self.freshKeys = freshKeys
+        var sealedEpoch = epoch
+        if epoch > 0, epoch <= state.epoch, rng.chance(4) {
+            // A member who still holds an older key seals under it: members
+            // who joined since cannot open the entry, so nobody may apply it.
+            sealedEpoch -= UInt64.random(in: 1...epoch, using: &rng)
+        }
+        return try seal(T.signed(commit, by: author), epoch: sealedEpoch)
     }
 
-    /// Entries no member can verify.
-    private mutating func garbage() throws -> WireSignedGroupCommit {
+    /// Entries no member can open or verify.
+    private mutating func garbage() throws -> Data {
         let author = pick(pool)
-        let commit = T.commit(T.leave, by: author, epoch: model.epoch, id: rng.bytes(16))
-        switch Int.random(in: 0..<4, using: &rng) {
+        let commit = T.commit(T.leave, by: author, on: model, id: rng.bytes(16))
+        let epoch = model.epoch
+        switch Int.random(in: 0..<6, using: &rng) {
         case 0:
             var signed = WireSignedGroupCommit()
             signed.commit = rng.bytes(Int.random(in: 0..<80, using: &rng))
             signed.signature = rng.bytes(64)
-            return signed
+            return try seal(signed, epoch: epoch)
         case 1:
             // Names one author, signed by another.
-            return T.signed(commit, by: pick(pool.filter { $0.inboxID != author.inboxID }))
+            return try seal(T.signed(commit, by: pick(pool.filter { $0.inboxID != author.inboxID })), epoch: epoch)
         case 2:
-            return WireSignedGroupCommit()
-        default:
+            return try seal(WireSignedGroupCommit(), epoch: epoch)
+        case 3:
             var short = commit
             short.commitID = rng.bytes(15)
-            return T.signed(short, by: author)
+            return try seal(T.signed(short, by: author), epoch: epoch)
+        case 4:
+            // A sealed box that is not one.
+            var sealed = WireSealedGroupCommit()
+            sealed.epoch = epoch
+            sealed.sealedBox = rng.bytes(Int.random(in: 0..<120, using: &rng))
+            return T.entryPayload(sealed)
+        default:
+            // A valid commit sealed under a key no member holds.
+            return T.entryPayload(
+                try T.sealed(T.signed(commit, by: author), epoch: epoch, epochKey: SymmetricKey(data: rng.bytes(32))))
         }
     }
 }
 
-/// One member's reading of the log.
+/// One reading of a log entry, comparable across readers.
+enum GroupRead: Equatable, CustomStringConvertible {
+    case outcome(GroupOutcome)
+    case rejected(GroupEntryRejection)
+    case diverged
+
+    var isApplied: Bool { if case .outcome(.applied) = self { true } else { false } }
+
+    var description: String {
+        switch self {
+        case .outcome(let outcome): "\(outcome)"
+        case .rejected(let reason): "rejected: \(reason)"
+        case .diverged: "diverged"
+        }
+    }
+}
+
+/// One member's reading of the log, through the real `GroupLogProcessor`:
+/// it opens each sealed commit with the keys it holds, derives the next
+/// key itself, and takes a fresh key from the commitments it was given
+/// (as a member the key is sealed to opens it).
 struct GroupReducer {
-    var state: GroupState
+    static let reader = GroupTest.identity("Reader")
+
+    var record: GroupRecord
+    private(set) var keys: [UInt64: SymmetricKey]
     private(set) var appliedCount: Int
 
-    init(state: GroupState) {
-        self.state = state
+    var state: GroupState {
+        get { record.state }
+        set { record.state = newValue }
+    }
+
+    /// A reader from the group's start, holding its first key.
+    init(firstKey: SymmetricKey) {
+        self.init(state: GroupState(groupID: GroupTest.groupID), keys: [0: firstKey])
+    }
+
+    /// A reader that starts from `state` (a welcome's snapshot) with `keys`.
+    init(state: GroupState, keys: [UInt64: SymmetricKey]) {
+        record = GroupRecord(groupID: state.groupID, topicID: GroupTest.topicID, state: state, status: .active)
+        self.keys = keys
         appliedCount = Int(state.epoch)
     }
 
-    /// nil when the entry does not verify (every member drops it).
-    mutating func feed(_ signed: WireSignedGroupCommit) -> GroupOutcome? {
-        guard let verified = try? VerifiedGroupCommit.verify(signed) else { return nil }
-        let outcome = state.apply(verified)
-        if case .applied = outcome { appliedCount += 1 }
-        return outcome
+    mutating func feed(_ payload: Data, seq: UInt64, freshKeys: [Data: SymmetricKey]) -> GroupRead {
+        let keys = self.keys
+        let processor = GroupLogProcessor(identity: Self.reader, codecs: .standard)
+        let result: GroupLogProcessor.Result
+        do {
+            result = try processor.process(
+                GroupTest.envelope(payload, seq: seq), record: record, key: { keys[$0] },
+                receivedAt: Date(timeIntervalSince1970: 1_700_000_100))
+        } catch {
+            return .rejected(.malformed("key lookup threw \(error)"))
+        }
+        record = result.record
+        if let (epoch, key) = result.newKey { self.keys[epoch] = key }
+        switch result.event {
+        case .commit(_, _, _, let outcome):
+            if case .applied(let effects) = outcome {
+                appliedCount += 1
+                for case .epochAdvanced(let epoch, _, let fresh?) in effects where self.keys[epoch] == nil {
+                    self.keys[epoch] = freshKeys[fresh.commitment]
+                }
+            }
+            return .outcome(outcome)
+        case .rejected(_, let reason):
+            return .rejected(reason)
+        case .diverged:
+            return .diverged
+        case .message:
+            return .rejected(.malformed("a message in a commit-only log"))
+        }
     }
 }
 
@@ -198,31 +314,35 @@ struct GroupConvergenceTests {
 
     struct Trace {
         var states: [GroupState] = []
-        var outcomes: [GroupOutcome?] = []
+        var reads: [GroupRead] = []
+        /// The keys the reference reader held after each entry.
+        var keys: [[UInt64: SymmetricKey]] = []
     }
 
     /// The reference: every entry once, from an empty state, with the
     /// invariants and the outcome bookkeeping checked at every step.
-    func fromScratch(_ log: [WireSignedGroupCommit]) throws -> Trace {
-        var reducer = GroupReducer(state: GroupState(groupID: GroupTest.groupID))
+    func fromScratch(_ generator: GroupLogGenerator, _ log: [Data]) throws -> Trace {
+        var reducer = GroupReducer(firstKey: generator.firstKey)
         var trace = Trace()
-        for (index, signed) in log.enumerated() {
+        for (index, payload) in log.enumerated() {
             let before = reducer.state
-            let outcome = reducer.feed(signed)
-            switch outcome {
-            case .applied?:
+            let read = reducer.feed(payload, seq: UInt64(index + 1), freshKeys: generator.freshKeys)
+            switch read {
+            case .outcome(.applied):
                 #expect(reducer.state.epoch == before.epoch + 1, "entry \(index)")
-                #expect(reducer.state.lastCommitID == (try VerifiedGroupCommit.verify(signed)).commit.commitID)
-            case .rejected?, .duplicate?, nil:
+                #expect(reducer.keys[reducer.state.epoch] != nil, "entry \(index): no key for the new epoch")
+            case .outcome(.rejected), .outcome(.duplicate), .rejected, .diverged:
                 #expect(reducer.state == before, "entry \(index) was not applied but changed the state")
             }
+            #expect(read != .diverged, "entry \(index): an honest reader diverged")
             let problems = GroupTest.invariantViolations(reducer.state, appliedCount: reducer.appliedCount)
             #expect(problems.isEmpty, "entry \(index): \(problems)")
             if reducer.state.isCreated {
                 #expect(try GroupTest.restored(reducer.state) == reducer.state, "snapshot round trip at entry \(index)")
             }
             trace.states.append(reducer.state)
-            trace.outcomes.append(outcome)
+            trace.reads.append(read)
+            trace.keys.append(reducer.keys)
         }
         return trace
     }
@@ -232,27 +352,55 @@ struct GroupConvergenceTests {
         String("\(Mirror(reflecting: rejection).children.first?.label ?? "\(rejection)")")
     }
 
+    /// A read without the random parts (fresh keys) of its outcome.
+    static func decision(_ read: GroupRead) -> String {
+        switch read {
+        case .outcome(.applied(let effects)): "applied \(effects.count)"
+        case .outcome(.rejected(let rejection)): "rejected \(rejection)"
+        default: "\(read)"
+        }
+    }
+
+    /// The epoch an entry is sealed under.
+    static func sealedEpoch(_ payload: Data) -> UInt64? {
+        guard
+            let entry = try? FrameCodec.decode(
+                WireGroupLogEntry.self, from: payload, limit: WireLimits.maxPayloadBytes),
+            case .sealedCommit(let sealed)? = entry.entry
+        else { return nil }
+        return sealed.epoch
+    }
+
     @Test(arguments: seeds)
     func everyWayOfReadingTheLogConverges(seed: UInt64) throws {
         var generator = try GroupLogGenerator(seed: seed)
         let log = try generator.generate(steps: Self.steps)
-        let reference = try fromScratch(log)
+        let reference = try fromScratch(generator, log)
         let final = try #require(reference.states.last)
         #expect(final == generator.model)
 
         // The log really exercises what it is meant to.
-        let outcomes = reference.outcomes
-        let applied = outcomes.filter { if case .applied? = $0 { true } else { false } }.count
-        let duplicates = outcomes.filter { $0 == .duplicate }.count
-        let unverifiable = outcomes.filter { $0 == nil }.count
+        let reads = reference.reads
+        let applied = reads.filter(\.isApplied).count
+        let duplicates = reads.filter { $0 == .outcome(.duplicate) }.count
+        var unreadable = 0
+        var unverifiable = 0
         var rejectionKinds = Set<String>()
         var stale = 0
-        for case .rejected(let rejection)? in outcomes {
-            rejectionKinds.insert(Self.kind(of: rejection))
-            if case .staleEpoch = rejection { stale += 1 }
+        var forked = 0
+        for read in reads {
+            switch read {
+            case .outcome(.rejected(let rejection)):
+                rejectionKinds.insert(Self.kind(of: rejection))
+                if case .staleEpoch = rejection { stale += 1 }
+                if rejection == .forkedHistory { forked += 1 }
+            case .rejected(.undecryptable), .rejected(.noKeyForEpoch): unreadable += 1
+            case .rejected(.badSignature), .rejected(.malformed): unverifiable += 1
+            default: break
+            }
         }
-        let removals = outcomes.filter {
-            if case .applied(let effects)? = $0 {
+        let removals = reads.filter {
+            if case .outcome(.applied(let effects)) = $0 {
                 effects.contains { if case .memberRemoved = $0 { true } else { false } }
             } else {
                 false
@@ -260,25 +408,35 @@ struct GroupConvergenceTests {
         }.count
         #expect(applied >= 30, "only \(applied) applied commits")
         #expect(stale >= 5, "only \(stale) stale commits")
+        #expect(forked >= 1, "no commit on a forked history")
         #expect(duplicates >= 5, "only \(duplicates) duplicates")
-        #expect(unverifiable >= 5, "only \(unverifiable) unverifiable entries")
+        #expect(unverifiable >= 3, "only \(unverifiable) unverifiable entries")
+        #expect(unreadable >= 3, "only \(unreadable) entries no key opens")
         #expect(removals >= 1, "no applied removal")
         #expect(rejectionKinds.count >= 10, "rejections: \(rejectionKinds.sorted())")
 
         var rng = SeededGenerator(seed: seed ^ 0x5EED)
 
-        // (b) Newcomers: a welcome's snapshot at a cut point, then the rest.
+        // (b) Newcomers: a welcome's snapshot at a cut point and the key of
+        // that epoch only, then the rest. Entries sealed under an earlier
+        // epoch do not open for them; those must be entries nobody applied.
         let created = reference.states.indices.filter { reference.states[$0].isCreated }
         let cuts = [created.first!, created.last!] + (0..<6).map { _ in created.randomElement(using: &rng)! }
         for cut in cuts {
-            var newcomer = GroupReducer(state: try GroupTest.restored(reference.states[cut]))
+            let epoch = reference.states[cut].epoch
+            let key = try #require(reference.keys[cut][epoch])
+            var newcomer = GroupReducer(state: try GroupTest.restored(reference.states[cut]), keys: [epoch: key])
             #expect(newcomer.state == reference.states[cut], "snapshot at entry \(cut)")
             var firstDivergence: Int?
             for index in log.indices.dropFirst(cut + 1) {
-                let outcome = newcomer.feed(log[index])
-                if firstDivergence == nil,
-                    newcomer.state != reference.states[index] || outcome != reference.outcomes[index]
-                {
+                let read = newcomer.feed(log[index], seq: UInt64(index + 1), freshKeys: generator.freshKeys)
+                let expected = reference.reads[index]
+                let sealedBeforeWelcome = Self.sealedEpoch(log[index]).map { $0 < epoch } ?? false
+                let readsAlike =
+                    read == expected
+                    || (sealedBeforeWelcome && read == .rejected(.noKeyForEpoch(Self.sealedEpoch(log[index])!))
+                        && !expected.isApplied)
+                if firstDivergence == nil, newcomer.state != reference.states[index] || !readsAlike {
                     firstDivergence = index
                 }
             }
@@ -287,23 +445,24 @@ struct GroupConvergenceTests {
         }
 
         // (c) Every entry delivered twice in a row (a retried fetch).
-        var retried = GroupReducer(state: GroupState(groupID: GroupTest.groupID))
-        for (index, signed) in log.enumerated() {
-            let first = retried.feed(signed)
-            let second = retried.feed(signed)
-            #expect(first == reference.outcomes[index], "entry \(index), first delivery")
-            switch first {
-            case .applied?: #expect(second == .duplicate, "entry \(index), redelivered")
-            default: #expect(second == first, "entry \(index), redelivered")
+        var retried = GroupReducer(firstKey: generator.firstKey)
+        for (index, payload) in log.enumerated() {
+            let first = retried.feed(payload, seq: UInt64(index + 1), freshKeys: generator.freshKeys)
+            let second = retried.feed(payload, seq: UInt64(index + 1), freshKeys: generator.freshKeys)
+            #expect(first == reference.reads[index], "entry \(index), first delivery")
+            if first.isApplied {
+                #expect(second == .outcome(.duplicate), "entry \(index), redelivered")
+            } else {
+                #expect(second == first, "entry \(index), redelivered")
             }
         }
         #expect(retried.state == final)
 
         // (d) A client that persists the state as a snapshot after every
         // entry and reloads it for the next (as the local store does).
-        var persisted = GroupReducer(state: GroupState(groupID: GroupTest.groupID))
-        for signed in log {
-            _ = persisted.feed(signed)
+        var persisted = GroupReducer(firstKey: generator.firstKey)
+        for (index, payload) in log.enumerated() {
+            _ = persisted.feed(payload, seq: UInt64(index + 1), freshKeys: generator.freshKeys)
             let bytes = FrameCodec.encode(persisted.state.snapshot)
             let snapshot = try WireGroupSnapshot(serializedBytes: bytes)
             persisted.state =
@@ -314,33 +473,70 @@ struct GroupConvergenceTests {
 
     /// The newcomer check has teeth: a snapshot that forgot which commits
     /// were applied lets a re-published commit from before the cut apply
-    /// (or be judged) differently.
+    /// (or be judged) differently. The reader keeps every key it had up
+    /// to the cut (a device restored from a bad snapshot), so it opens
+    /// those re-published commits.
     @Test func aSnapshotWithoutAppliedCommitIDsWouldDiverge() throws {
         var generator = try GroupLogGenerator(seed: 42)
         let log = try generator.generate(steps: Self.steps)
-        let reference = try fromScratch(log)
+        let reference = try fromScratch(generator, log)
         var divergedCuts = 0
         for cut in reference.states.indices where reference.states[cut].isCreated {
             var snapshot = reference.states[cut].snapshot
             snapshot.appliedCommitIds = []
-            var newcomer = GroupReducer(state: try GroupState(snapshot: snapshot))
-            var diverged = false
+            var newcomer = GroupReducer(state: try GroupState(snapshot: snapshot), keys: reference.keys[cut])
             for index in log.indices.dropFirst(cut + 1) {
-                let outcome = newcomer.feed(log[index])
-                diverged = diverged || outcome != reference.outcomes[index]
+                let read = newcomer.feed(log[index], seq: UInt64(index + 1), freshKeys: generator.freshKeys)
+                if read != reference.reads[index] {
+                    divergedCuts += 1
+                    break
+                }
             }
-            if diverged { divergedCuts += 1 }
         }
         #expect(divergedCuts > 0)
+    }
+
+    /// The newcomer check has teeth for sealing too: a reader that applied
+    /// a commit sealed under an older epoch than the one it names would
+    /// part from a newcomer who cannot open it. The generator logs such
+    /// commits; every reader must reject them.
+    @Test(arguments: seeds.prefix(4))
+    func commitsSealedUnderAnOlderEpochAreAppliedByNobody(seed: UInt64) throws {
+        var generator = try GroupLogGenerator(seed: seed)
+        let log = try generator.generate(steps: Self.steps)
+        let reference = try fromScratch(generator, log)
+        var misSealed = 0
+        for (index, payload) in log.enumerated() {
+            guard let sealedEpoch = Self.sealedEpoch(payload), let key = reference.keys[index][sealedEpoch],
+                let entry = try? FrameCodec.decode(
+                    WireGroupLogEntry.self, from: payload, limit: WireLimits.maxPayloadBytes),
+                case .sealedCommit(let sealed)? = entry.entry,
+                let signed = try? CommitSealing.open(
+                    sealed, commitKey: CommitSealing.commitKey(epochKey: key), groupID: GroupTest.groupID),
+                let verified = try? VerifiedGroupCommit.verify(signed), verified.commit.epoch != sealedEpoch
+            else { continue }
+            misSealed += 1
+            #expect(!reference.reads[index].isApplied, "entry \(index) applied under epoch \(sealedEpoch)'s key")
+        }
+        #expect(misSealed >= 3, "only \(misSealed) commits sealed under another epoch")
     }
 
     @Test(arguments: seeds.prefix(3))
     func theSameSeedGeneratesTheSameDecisions(seed: UInt64) throws {
         var one = try GroupLogGenerator(seed: seed)
         var two = try GroupLogGenerator(seed: seed)
-        let first = try fromScratch(one.generate(steps: 60))
-        let second = try fromScratch(two.generate(steps: 60))
-        #expect(first.outcomes.count == second.outcomes.count)
-        #expect(first.states.last == second.states.last)
+        let firstLog = try one.generate(steps: 60)
+        let secondLog = try two.generate(steps: 60)
+        let first = try fromScratch(one, firstLog)
+        let second = try fromScratch(two, secondLog)
+        // Fresh keys are random, so compare what was decided, not the keys.
+        #expect(first.reads.map(Self.decision) == second.reads.map(Self.decision))
+        // So are the transcripts: they hash commits that carry fresh keys.
+        func withoutTranscript(_ state: GroupState?) -> WireGroupSnapshot? {
+            guard var snapshot = state?.snapshot else { return nil }
+            snapshot.transcript = Data()
+            return snapshot
+        }
+        #expect(withoutTranscript(first.states.last) == withoutTranscript(second.states.last))
     }
 }

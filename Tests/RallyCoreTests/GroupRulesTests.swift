@@ -25,18 +25,18 @@ struct GroupWorld {
 
     init() throws {
         var state = GroupState(groupID: GroupTest.groupID)
-        try Self.require(state.apply(GroupTest.commit(GroupTest.create(), by: owner, epoch: 0), signedBy: owner))
+        try Self.require(state.apply(GroupTest.commit(GroupTest.create(), by: owner, on: state), signedBy: owner))
         for (identity, role) in [
             (admin, GroupRole.admin), (admin2, .admin), (moderator, .moderator), (member, .member),
             (observer, .observer),
         ] {
             let commit = GroupTest.commit(
-                GroupTest.add(identity.publicIdentity, as: role), by: owner, epoch: state.epoch)
+                GroupTest.add(identity.publicIdentity, as: role), by: owner, on: state)
             try Self.require(state.apply(commit, signedBy: owner))
         }
         self.state = state
         try Self.require(
-            state.apply(GroupTest.commit(GroupTest.leave, by: member, epoch: state.epoch), signedBy: member))
+            state.apply(GroupTest.commit(GroupTest.leave, by: member, on: state), signedBy: member))
         afterLeave = state
     }
 
@@ -50,7 +50,7 @@ struct GroupWorld {
     )
         -> WireGroupCommit
     {
-        GroupTest.commit(action, by: author, epoch: (state ?? self.state).epoch)
+        GroupTest.commit(action, by: author, on: state ?? self.state)
     }
 
     /// The public identities of `state`'s members, minus `excluded`.
@@ -104,39 +104,40 @@ extension GroupRejectionCase {
         .init("create: empty name") { w in
             let fresh = GroupState(groupID: T.groupID)
             return on(
-                fresh, T.commit(T.create(""), by: w.owner, epoch: 0), by: w.owner, .invalidProfile("the name is empty"))
+                fresh, T.commit(T.create(""), by: w.owner, on: fresh), by: w.owner, .invalidProfile("the name is empty")
+            )
         },
         .init("create: 257-byte name") { w in
             let fresh = GroupState(groupID: T.groupID)
             let name = String(repeating: "n", count: 257)
             return on(
-                fresh, T.commit(T.create(name), by: w.owner, epoch: 0), by: w.owner,
+                fresh, T.commit(T.create(name), by: w.owner, on: fresh), by: w.owner,
                 .invalidProfile("the name is longer than 256 bytes"))
         },
         .init("create: 129 two-byte characters (258 bytes) in the name") { w in
             let fresh = GroupState(groupID: T.groupID)
             let name = String(repeating: "é", count: 129)
             return on(
-                fresh, T.commit(T.create(name), by: w.owner, epoch: 0), by: w.owner,
+                fresh, T.commit(T.create(name), by: w.owner, on: fresh), by: w.owner,
                 .invalidProfile("the name is longer than 256 bytes"))
         },
         .init("create: 2049-byte description") { w in
             let fresh = GroupState(groupID: T.groupID)
             let description = String(repeating: "d", count: 2049)
             return on(
-                fresh, T.commit(T.create("ok", description: description), by: w.owner, epoch: 0), by: w.owner,
+                fresh, T.commit(T.create("ok", description: description), by: w.owner, on: fresh), by: w.owner,
                 .invalidProfile("the description is longer than 2048 bytes"))
         },
         .init("create: carries epoch keys") { w in
             let fresh = GroupState(groupID: T.groupID)
-            var commit = T.commit(T.create(), by: w.owner, epoch: 0)
+            var commit = T.commit(T.create(), by: w.owner, on: fresh)
             try T.attachFreshKey(to: &commit, for: [w.owner.publicIdentity])
             return on(fresh, commit, by: w.owner, .unexpectedEpochKeys)
         },
         .init("create: for another group") { w in
             let fresh = GroupState(groupID: T.groupID)
             return on(
-                fresh, T.commit(T.create(), by: w.owner, epoch: 0, groupID: T.otherGroupID), by: w.owner, .wrongGroup)
+                fresh, T.commit(T.create(), by: w.owner, on: fresh, groupID: T.otherGroupID), by: w.owner, .wrongGroup)
         },
     ]
 
@@ -440,7 +441,59 @@ extension GroupRejectionCase {
         },
     ]
 
-    static let all = create + general + add + remove + changeRole + leave + updateProfile + rekey
+    /// Every commit names the transcript it builds on (ADR 0008): a member
+    /// shown another history rejects it.
+    static let transcript: [GroupRejectionCase] = [
+        .init("transcript: a parent this member was not shown") { w in
+            var commit = w.commit(T.updateProfile("Fork"), by: w.owner)
+            commit.parentTranscript = Data(repeating: 0xAB, count: 32)
+            return on(w.state, commit, by: w.owner, .forkedHistory)
+        },
+        .init("transcript: no parent") { w in
+            var commit = w.commit(T.updateProfile("Fork"), by: w.owner)
+            commit.parentTranscript = Data()
+            return on(w.state, commit, by: w.owner, .forkedHistory)
+        },
+        .init("transcript: the previous epoch's transcript at the current epoch") { w in
+            var commit = w.commit(T.updateProfile("Fork"), by: w.owner, on: w.afterLeave)
+            commit.parentTranscript = w.state.transcript
+            return on(w.afterLeave, commit, by: w.owner, .forkedHistory)
+        },
+        .init("transcript: another group's chain") { w in
+            var commit = w.commit(T.updateProfile("Fork"), by: w.owner)
+            commit.parentTranscript = CommitSealing.initialTranscript(groupID: T.otherGroupID)
+            return on(w.state, commit, by: w.owner, .forkedHistory)
+        },
+        .init("transcript: checked before membership") { w in
+            var commit = w.commit(T.add(w.outsider.publicIdentity, as: .member), by: w.outsider)
+            commit.parentTranscript = Data(repeating: 0xAB, count: 32)
+            return on(w.state, commit, by: w.outsider, .forkedHistory)
+        },
+        .init("transcript: checked after the epoch") { w in
+            var commit = w.commit(T.updateProfile("Fork"), by: w.owner)
+            commit.epoch = 5
+            commit.parentTranscript = Data(repeating: 0xAB, count: 32)
+            return on(w.state, commit, by: w.owner, .staleEpoch(commit: 5, current: 6))
+        },
+        .init("create: a parent other than the initial transcript") { w in
+            let fresh = GroupState(groupID: T.groupID)
+            var commit = T.commit(T.create(), by: w.owner, on: fresh)
+            commit.parentTranscript = Data(repeating: 0xAB, count: 32)
+            return on(fresh, commit, by: w.owner, .forkedHistory)
+        },
+        .init("create: another group's initial transcript") { w in
+            let fresh = GroupState(groupID: T.groupID)
+            var commit = T.commit(T.create(), by: w.owner, on: fresh)
+            commit.parentTranscript = CommitSealing.initialTranscript(groupID: T.otherGroupID)
+            return on(fresh, commit, by: w.owner, .forkedHistory)
+        },
+        .init("create: no parent") { w in
+            let fresh = GroupState(groupID: T.groupID)
+            return on(fresh, T.commit(T.create(), by: w.owner, epoch: 0), by: w.owner, .forkedHistory)
+        },
+    ]
+
+    static let all = create + general + add + remove + changeRole + leave + updateProfile + rekey + transcript
 }
 
 @Suite("Group rules")
@@ -508,7 +561,8 @@ struct GroupRulesTests {
 
     @Test func createMakesTheAuthorOwnerAndStartsEpochOne() throws {
         let owner = T.identity("Olive")
-        let commit = T.commit(T.create("Hikers", description: "Sunday walks"), by: owner, epoch: 0)
+        let commit = T.commit(
+            T.create("Hikers", description: "Sunday walks"), by: owner, on: GroupState(groupID: T.groupID))
         let state = try expectApplied(commit, by: owner, on: GroupState(groupID: T.groupID), effects: [.created])
         #expect(state.isCreated)
         #expect(state.epoch == 1)
@@ -522,7 +576,7 @@ struct GroupRulesTests {
         let owner = T.identity("Olive")
         let name = String(repeating: "é", count: 128)  // 256 bytes
         let description = String(repeating: "d", count: 2048)
-        let commit = T.commit(T.create(name, description: description), by: owner, epoch: 0)
+        let commit = T.commit(T.create(name, description: description), by: owner, on: GroupState(groupID: T.groupID))
         let state = try expectApplied(commit, by: owner, on: GroupState(groupID: T.groupID), effects: [.created])
         #expect(state.profile == GroupProfile(name: name, description: description))
     }
@@ -684,14 +738,14 @@ struct GroupRulesTests {
     @Test func theSoleMemberMayLeaveAndThenNobodyCanCommit() throws {
         let owner = T.identity("Olive")
         var state = GroupState(groupID: T.groupID)
-        _ = try state.apply(T.commit(T.create(), by: owner, epoch: 0), signedBy: owner)
+        _ = try state.apply(T.commit(T.create(), by: owner, on: state), signedBy: owner)
         state = try expectApplied(
-            T.commit(T.leave, by: owner, epoch: 1), by: owner, on: state, effects: [.memberLeft(owner.inboxID)])
+            T.commit(T.leave, by: owner, on: state), by: owner, on: state, effects: [.memberLeft(owner.inboxID)])
         #expect(state.members.isEmpty)
         #expect(!state.needsRekey)
         let empty = state
         #expect(
-            try state.apply(T.commit(T.updateProfile("Back"), by: owner, epoch: 2), signedBy: owner)
+            try state.apply(T.commit(T.updateProfile("Back"), by: owner, on: state), signedBy: owner)
                 == .rejected(.notAMember(owner.inboxID)))
         #expect(
             try state.apply(T.commit(T.create(), by: owner, epoch: 0), signedBy: owner) == .rejected(.alreadyCreated))
@@ -739,11 +793,60 @@ struct GroupRulesTests {
     @Test func aCreateSeenTwiceIsADuplicate() throws {
         let owner = T.identity("Olive")
         var state = GroupState(groupID: T.groupID)
-        let create = T.commit(T.create(), by: owner, epoch: 0)
+        let create = T.commit(T.create(), by: owner, on: state)
         _ = try state.apply(create, signedBy: owner)
         let created = state
         #expect(try state.apply(create, signedBy: owner) == .duplicate)
         #expect(state == created)
+    }
+
+    // MARK: Transcript
+
+    @Test func everyAppliedCommitChainsTheTranscriptOverItsSignedBytes() throws {
+        let owner = T.identity("Olive")
+        var state = GroupState(groupID: T.groupID)
+        #expect(state.transcript == CommitSealing.initialTranscript(groupID: T.groupID))
+        let create = try T.verified(T.commit(T.create(), by: owner, on: state), by: owner)
+        #expect(create.commit.parentTranscript == state.transcript)
+        let initial = state.transcript
+        _ = state.apply(create)
+        let afterCreate = CommitSealing.transcript(after: initial, commitBytes: create.signedBytes)
+        #expect(state.transcript == afterCreate)
+        let rename = try T.verified(T.commit(T.updateProfile("Climbers"), by: owner, on: state), by: owner)
+        _ = state.apply(rename)
+        #expect(state.transcript == CommitSealing.transcript(after: afterCreate, commitBytes: rename.signedBytes))
+        // A duplicate leaves it where it is.
+        let applied = state
+        #expect(state.apply(rename) == .duplicate)
+        #expect(state.transcript == applied.transcript)
+    }
+
+    @Test func twoHistoriesOfTheSameEpochHaveDifferentTranscriptsAndDoNotMix() throws {
+        let w = try GroupWorld()
+        var one = w.state
+        var two = w.state
+        let first = w.commit(T.updateProfile("One"), by: w.owner)
+        let second = w.commit(T.updateProfile("Two"), by: w.owner)
+        #expect(try one.apply(first, signedBy: w.owner).isApplied)
+        #expect(try two.apply(second, signedBy: w.owner).isApplied)
+        #expect(one.epoch == two.epoch)
+        #expect(one.transcript != two.transcript)
+        // A commit built on history two is forked for a member of history one.
+        let onTwo = w.commit(T.updateProfile("Three"), by: w.owner, on: two)
+        let before = one
+        #expect(try one.apply(onTwo, signedBy: w.owner) == .rejected(.forkedHistory))
+        #expect(one == before)
+        #expect(try two.apply(onTwo, signedBy: w.owner).isApplied)
+    }
+
+    @Test func theSnapshotCarriesTheTranscriptAndRefusesAMalformedOne() throws {
+        let w = try GroupWorld()
+        #expect(try T.restored(w.state).transcript == w.state.transcript)
+        for bad in [Data(), Data(repeating: 1, count: 31), Data(repeating: 1, count: 33)] {
+            var snapshot = w.state.snapshot
+            snapshot.transcript = bad
+            #expect(throws: GroupSnapshotError.invalidMember("transcript")) { try GroupState(snapshot: snapshot) }
+        }
     }
 
     // MARK: Signatures
@@ -751,11 +854,11 @@ struct GroupRulesTests {
     @Test func aCommitSignedByAnotherKeyDoesNotVerify() throws {
         let w = try GroupWorld()
         let commit = w.commit(T.add(w.outsider.publicIdentity, as: .member), by: w.owner)
-        let forged = T.signed(commit, by: w.outsider)
+        let forged = try T.signed(commit, by: w.outsider)
         #expect(throws: RallyCryptoError.self) { try VerifiedGroupCommit.verify(forged) }
         var altered = commit
         altered.action = T.add(w.outsider.publicIdentity, as: .owner)
-        var tampered = T.signed(commit, by: w.owner)
+        var tampered = try T.signed(commit, by: w.owner)
         tampered.commit = FrameCodec.encode(altered)
         #expect(throws: RallyCryptoError.invalidSignature("group commit by \(w.owner.inboxID)")) {
             try VerifiedGroupCommit.verify(tampered)

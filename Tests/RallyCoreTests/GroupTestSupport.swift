@@ -31,18 +31,33 @@ enum GroupTest {
             signingKeyBytes: rng.bytes(32), agreementKeyBytes: rng.bytes(32), displayName: name, createdAt: created)
     }
 
+    /// A commit that names `epoch` and `parentTranscript` as given: for
+    /// commits that deliberately do not build on a state (stale, future,
+    /// forked). Use `commit(_:by:on:)` for a commit that builds on a state.
     static func commit(
         _ action: WireGroupCommit.OneOf_Action?, by author: Identity, epoch: UInt64, groupID: String = groupID,
-        id: Data = MessageSealing.newMessageID()
+        id: Data = MessageSealing.newMessageID(), parentTranscript: Data = Data()
     ) -> WireGroupCommit {
         var commit = WireGroupCommit()
         commit.groupID = groupID
         commit.epoch = epoch
+        commit.parentTranscript = parentTranscript
         commit.commitID = id
         commit.author = author.publicIdentity.wireBundle
         commit.createdAtMs = 1_700_000_000_000 + Int64(epoch)
         commit.action = action
         return commit
+    }
+
+    /// A commit building on `state`, as `RallyClient.newCommit(on:)` makes
+    /// it: the state's epoch and transcript.
+    static func commit(
+        _ action: WireGroupCommit.OneOf_Action?, by author: Identity, on state: GroupState, groupID: String? = nil,
+        id: Data = MessageSealing.newMessageID()
+    ) -> WireGroupCommit {
+        commit(
+            action, by: author, epoch: state.epoch, groupID: groupID ?? state.groupID, id: id,
+            parentTranscript: state.transcript)
     }
 
     static func profile(_ name: String, _ description: String = "") -> WireGroupProfile {
@@ -113,8 +128,8 @@ enum GroupTest {
         return fresh
     }
 
-    static func signed(_ commit: WireGroupCommit, by identity: Identity) -> WireSignedGroupCommit {
-        VerifiedGroupCommit.sign(commit, by: identity)
+    static func signed(_ commit: WireGroupCommit, by identity: Identity) throws -> WireSignedGroupCommit {
+        try VerifiedGroupCommit.sign(commit, by: identity)
     }
 
     /// Signs and verifies: what a member's client hands to `apply`.
@@ -122,8 +137,30 @@ enum GroupTest {
         try VerifiedGroupCommit.verify(signed(commit, by: identity))
     }
 
-    /// The log entry bytes a relay would carry for a commit.
-    static func entryPayload(_ signed: WireSignedGroupCommit) -> Data {
+    /// A signed commit sealed as `RallyClient.sealedEntry` seals it: under
+    /// the commit key of the epoch it builds on, with that epoch's
+    /// transcript and epoch link.
+    static func sealed(
+        _ signed: WireSignedGroupCommit, epoch: UInt64, epochKey: SymmetricKey, groupID: String = groupID,
+        transcript: Data = Data(), epochLink: Data = Data()
+    ) throws -> WireSealedGroupCommit {
+        var sealed = try CommitSealing.seal(
+            signed, commitKey: CommitSealing.commitKey(epochKey: epochKey), groupID: groupID, epoch: epoch)
+        sealed.transcript = transcript
+        sealed.epochLink = epochLink
+        return sealed
+    }
+
+    /// The log entry bytes a relay carries for a sealed commit.
+    static func entryPayload(_ sealed: WireSealedGroupCommit) -> Data {
+        var entry = WireGroupLogEntry()
+        entry.sealedCommit = sealed
+        return FrameCodec.encode(entry)
+    }
+
+    /// The log entry bytes of a commit in the clear, as the protocol before
+    /// ADR 0008 published it: every member rejects it.
+    static func plainEntryPayload(_ signed: WireSignedGroupCommit) -> Data {
         var entry = WireGroupLogEntry()
         entry.commit = signed
         return FrameCodec.encode(entry)

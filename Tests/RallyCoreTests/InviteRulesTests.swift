@@ -19,6 +19,8 @@ struct InviteGroupWorld {
     let otherKeys: InviteKeys
     let tag = Data((0..<16).map { UInt8($0) })
     let newTag = Data((0..<16).map { UInt8(0x80 + $0) })
+    /// The tag an invite rotation (an admin losing their rights) moves to.
+    let rotatedTag = Data((0..<16).map { UInt8(0x40 + $0) })
     let joiner = GroupTest.identity("Jo")
     let joiner2 = GroupTest.identity("Jay")
     /// `groups.state` after the owner's SetUpInvites (epoch 7).
@@ -35,7 +37,7 @@ struct InviteGroupWorld {
         let action = try Self.setUp(
             keys.identity.publicIdentity, tag: tag, seed: seed,
             sealedTo: [groups.owner, groups.admin, groups.admin2].map(\.publicIdentity), on: state)
-        try Self.require(state.apply(T.commit(action, by: groups.owner, epoch: state.epoch), signedBy: groups.owner))
+        try Self.require(state.apply(T.commit(action, by: groups.owner, on: state), signedBy: groups.owner))
         self.state = state
     }
 
@@ -105,6 +107,16 @@ struct InviteGroupWorld {
         return .removeMember(remove)
     }
 
+    /// A `rotate_invites` as the client attaches it when an admin loses
+    /// their rights: the other invite identity (`otherKeys`) and a new tag,
+    /// its seed sealed to `recipients`.
+    func rotation(
+        sealedTo recipients: [PublicIdentity], on state: GroupState, tag: Data? = nil
+    ) throws -> WireSetUpInvites {
+        try Self.setUpInvites(
+            otherKeys.identity.publicIdentity, tag: tag ?? rotatedTag, seed: otherSeed, sealedTo: recipients, on: state)
+    }
+
     /// 16 bytes that name a request or an invite in tests.
     static func id(_ byte: UInt8) -> Data { Data(repeating: byte, count: 16) }
 
@@ -114,7 +126,7 @@ struct InviteGroupWorld {
     )
         -> WireGroupCommit
     {
-        T.commit(action, by: author, epoch: (state ?? self.state).epoch)
+        T.commit(action, by: author, on: state ?? self.state)
     }
 
     /// `state` after `action` by `author`, which must apply.
@@ -529,7 +541,7 @@ struct InviteRulesTests {
         sourceLocation: SourceLocation = #_sourceLocation
     ) throws -> GroupState {
         var next = state
-        let commit = T.commit(action, by: author, epoch: state.epoch)
+        let commit = T.commit(action, by: author, on: state)
         let outcome = try next.apply(commit, signedBy: author)
         let advance = GroupEffect.epochAdvanced(epoch: state.epoch + 1, commitID: commit.commitID, freshKey: nil)
         #expect(outcome == .applied(effects + [advance]), sourceLocation: sourceLocation)
@@ -651,7 +663,7 @@ struct InviteRulesTests {
                 w.keys.identity.publicIdentity, tag: w.tag, seed: w.seed,
                 sealedTo: [groups.owner, groups.admin, groups.admin2].map(\.publicIdentity), on: plain)
             var state = plain
-            let setUp = T.commit(action, by: groups.owner, epoch: plain.epoch)
+            let setUp = T.commit(action, by: groups.owner, on: plain)
             #expect(try state.apply(setUp, signedBy: groups.owner) == .rejected(.exploded))
             #expect(state == plain)
             return

@@ -229,4 +229,74 @@ struct LocalStoreTests {
         #expect(path == temp.home.path)
         #expect(!reason.isEmpty)
     }
+
+    // MARK: Groups (ADR 0008)
+
+    /// A created group owned by Olive, as its record after the create commit.
+    func createdGroup() throws -> (owner: Identity, record: GroupRecord) {
+        let owner = GroupTest.identity("Olive")
+        var state = GroupState(groupID: GroupTest.groupID)
+        _ = try state.apply(GroupTest.commit(GroupTest.create(), by: owner, on: state), signedBy: owner)
+        let record = GroupRecord(
+            groupID: GroupTest.groupID, topicID: GroupTest.topicID, state: state, status: .active,
+            accessSecret: Data(repeating: 1, count: 32), epochLink: Data(repeating: 2, count: 32))
+        return (owner, record)
+    }
+
+    @Test func aGroupRecordKeepsItsAccessSecretEpochLinkControlSeqAndDivergence() throws {
+        let temp = TemporaryHome()
+        defer { temp.remove() }
+        let (owner, record) = try createdGroup()
+        let key = EpochKeys.newKey()
+        try temp.openStore().saveNewGroup(record, epochKey: (1, key), cursor: 0)
+        #expect(try temp.openStore().group(GroupTest.groupID) == record)
+
+        var next = record
+        _ = try next.state.apply(
+            GroupTest.commit(GroupTest.updateProfile("Climbers"), by: owner, on: next.state), signedBy: owner)
+        next.accessSecret = Data(repeating: 3, count: 32)
+        next.epochLink = Data(repeating: 4, count: 32)
+        next.lastControlSeq = 7
+        next.divergence = "entry #7 belongs to another history"
+        let nextKey = EpochKeys.newKey()
+        let store = try temp.openStore()
+        try store.ingestGroupEntry(next, seq: 7, epochKey: (2, nextKey), message: nil)
+        let loaded = try #require(try temp.openStore().group(GroupTest.groupID))
+        #expect(loaded == next)
+        #expect(loaded.state.transcript == next.state.transcript)
+        #expect(
+            try store.epochKey(group: GroupTest.groupID, epoch: 2)?.withUnsafeBytes { Data($0) }
+                == nextKey.withUnsafeBytes { Data($0) })
+        #expect(try store.cursor(for: next.topic) == 7)
+
+        // An entry at or below the cursor (read first by another process) changes nothing.
+        var stale = next
+        stale.divergence = nil
+        stale.lastControlSeq = 9
+        #expect(try store.ingestGroupEntry(stale, seq: 7, epochKey: nil, message: nil) == false)
+        #expect(try store.group(GroupTest.groupID) == next)
+    }
+
+    @Test func theOutcomeOfOwnCommitsIsRecordedWithTheStateAfterThem() throws {
+        let temp = TemporaryHome()
+        defer { temp.remove() }
+        let (_, record) = try createdGroup()
+        let store = try temp.openStore()
+        try store.saveNewGroup(record, epochKey: nil, cursor: 0)
+        let applied = MessageSealing.newMessageID()
+        let rejected = MessageSealing.newMessageID()
+        try store.ingestGroupEntry(record, seq: 1, epochKey: nil, message: nil, ownCommit: (applied, nil))
+        try store.ingestGroupEntry(
+            record, seq: 2, epochKey: nil, message: nil,
+            ownCommit: (rejected, GroupRejection.forkedHistory.description))
+        let first = try #require(try store.ownCommit(applied))
+        #expect(first.groupID == GroupTest.groupID)
+        #expect(first.seq == 1)
+        #expect(first.rejection == nil)
+        #expect(first.snapshot == record.state.snapshot)
+        let second = try #require(try temp.openStore().ownCommit(rejected))
+        #expect(second.seq == 2)
+        #expect(second.rejection == GroupRejection.forkedHistory.description)
+        #expect(try store.ownCommit(MessageSealing.newMessageID()) == nil)
+    }
 }

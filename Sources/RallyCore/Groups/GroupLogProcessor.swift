@@ -90,7 +90,7 @@ struct GroupLogProcessor {
                 return Result(
                     record: record, event: .rejected(seq: envelope.seq, reason: .undecryptable(error.description)))
             }
-            return try processCommit(signed, seq: envelope.seq, record: record, key: key)
+            return try processCommit(signed, sealedEpoch: sealed.epoch, seq: envelope.seq, record: record, key: key)
         case .message(let ciphertext)?:
             if let diverged = try divergence(
                 epoch: ciphertext.epoch, transcript: ciphertext.transcript, link: ciphertext.epochLink,
@@ -135,13 +135,23 @@ struct GroupLogProcessor {
     }
 
     private func processCommit(
-        _ signed: WireSignedGroupCommit, seq: UInt64, record: GroupRecord, key: KeyLookup
+        _ signed: WireSignedGroupCommit, sealedEpoch: UInt64, seq: UInt64, record: GroupRecord, key: KeyLookup
     ) throws -> Result {
         let verified: VerifiedGroupCommit
         do {
             verified = try VerifiedGroupCommit.verify(signed)
         } catch {
             return Result(record: record, event: .rejected(seq: seq, reason: .badSignature(error.description)))
+        }
+        // A commit sealed under another epoch's key than the one it names
+        // opens only for members who hold that key: members who joined
+        // since would skip it while the others apply it. Nobody applies it.
+        guard verified.commit.epoch == sealedEpoch else {
+            return Result(
+                record: record,
+                event: .rejected(
+                    seq: seq,
+                    reason: .malformed("commit of epoch \(verified.commit.epoch) sealed under epoch \(sealedEpoch)")))
         }
         var record = record
         let previousEpoch = record.state.epoch
