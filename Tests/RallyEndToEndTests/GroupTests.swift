@@ -145,7 +145,7 @@ struct GroupTests {
         #expect(stored.count == 1)
         #expect(
             results.contains {
-                if case .failure(.refused(code: .conflict, _)) = $0 { true } else { false }
+                if case .failure(.conflict) = $0 { true } else { false }
             })
 
         var lists: [[String]] = []

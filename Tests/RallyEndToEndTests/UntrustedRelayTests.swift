@@ -286,16 +286,17 @@ struct UntrustedRelayTests {
         static func start() async throws -> SplitWorld {
             let relayBox = URLBox()
             let proxy = try await WithholdingProxy.start { await relayBox.url }
-            let relay = try await TestRelay.start(extraOrigins: [proxy.url])
+            // Everyone goes through the proxy; it lies to Bob only.
+            let relay = try await TestRelay.start(publicURL: proxy.url)
             await relayBox.set(relay.url)
             let homes = TemporaryDirectory("rally-split")
             func user(_ name: String, via url: URL) async throws -> RallyClient {
                 try await RallyClient.create(
                     home: homes.path(name), relayURL: url, displayName: name, logger: TestLogger.quiet)
             }
-            let alice = try await user("alice", via: relay.url)
+            let alice = try await user("alice", via: proxy.url)
             let bob = try await user("bob", via: proxy.url)
-            let carol = try await user("carol", via: relay.url)
+            let carol = try await user("carol", via: proxy.url)
             let groupID = try await alice.createGroup(name: "Split").groupID
             _ = try await alice.addMember(bob.inboxID, to: groupID)
             _ = try await alice.addMember(carol.inboxID, to: groupID)
@@ -319,7 +320,10 @@ struct UntrustedRelayTests {
         let topic = try await w.alice.group(w.groupID).topic.rawValue
         let head = try await w.alice.group(w.groupID).lastControlSeq
         // The next control entry (Alice's removal of Carol) never reaches Bob.
-        await w.proxy.withhold { $0.topic == topic && $0.control && $0.seq > head }
+        let bobKey = w.bob.identity.signingKey.publicKey.rawRepresentation
+        await w.proxy.withhold { key, envelope in
+            key == bobKey && envelope.topic == topic && envelope.control && envelope.seq > head
+        }
         _ = try await w.alice.removeMember(w.carol.inboxID, from: w.groupID)
         _ = try await w.alice.sendGroupText("carol is gone", to: w.groupID)
 
@@ -328,12 +332,17 @@ struct UntrustedRelayTests {
         #expect(report.events.contains { if case .diverged = $0 { true } else { false } })
         #expect(try await w.bob.group(w.groupID).divergence != nil)
         // Bob's client refuses to send into the history he was shown.
+        var refusal: RallyClientError?
         do {
             _ = try await w.bob.sendGroupText("carol, are you there?", to: w.groupID)
-            Issue.record("a diverged member sent a message")
-        } catch .group(.diverged(_, let reason)) {
-            #expect(!reason.isEmpty)
+        } catch {
+            refusal = error
         }
+        guard case .group(.diverged(_, let reason))? = refusal else {
+            Issue.record("a diverged member was not stopped: \(String(describing: refusal))")
+            return
+        }
+        #expect(reason.contains("was shown no change"))
         // Nothing from Bob reached the log after the removal.
         #expect(try await w.alice.syncGroup(w.groupID).messages.isEmpty)
         await w.stop()
@@ -343,10 +352,13 @@ struct UntrustedRelayTests {
     func withheldCommitIsDetectedFromTheNextEpoch() async throws {
         let w = try await SplitWorld.start()
         let dave = try await RallyClient.create(
-            home: w.homes.path("dave"), relayURL: w.relay.url, displayName: "dave", logger: TestLogger.quiet)
+            home: w.homes.path("dave"), relayURL: w.proxy.url, displayName: "dave", logger: TestLogger.quiet)
         let topic = try await w.alice.group(w.groupID).topic.rawValue
         let head = try await w.alice.group(w.groupID).lastControlSeq
-        await w.proxy.withhold { $0.topic == topic && $0.control && $0.seq > head }
+        let bobKey = w.bob.identity.signingKey.publicKey.rawRepresentation
+        await w.proxy.withhold { key, envelope in
+            key == bobKey && envelope.topic == topic && envelope.control && envelope.seq > head
+        }
         // Adding Dave keeps the topic key: Bob keeps reading, but misses the add.
         _ = try await w.alice.addMember(dave.inboxID, to: w.groupID)
         _ = try await w.alice.sendGroupText("welcome dave", to: w.groupID)

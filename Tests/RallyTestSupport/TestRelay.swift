@@ -10,12 +10,15 @@ public struct TestRelay: Sendable {
 
     public var url: URL { relay.url }
 
-    public static func start(limits: RelayLimits = .default) async throws -> TestRelay {
+    /// `publicURL`: where clients reach the relay, when that is not the
+    /// relay itself (a proxy in front of it).
+    public static func start(limits: RelayLimits = .default, publicURL: URL? = nil) async throws -> TestRelay {
         let directory = TemporaryDirectory("rally-relay")
         var logger = Logger(label: "rally.test.relay")
         logger.logLevel = .warning
         let relay = try await RunningRelay.start(
-            configuration: RelayConfiguration(port: 0, dataDirectory: directory.path("data"), limits: limits),
+            configuration: RelayConfiguration(
+                port: 0, dataDirectory: directory.path("data"), limits: limits, publicURL: publicURL),
             logger: logger)
         return TestRelay(relay: relay, directory: directory)
     }

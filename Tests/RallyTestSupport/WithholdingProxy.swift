@@ -16,18 +16,25 @@ public final class WithholdingProxy: Sendable {
     private let filter: Filter
     private let task: Task<Void, any Error>
 
-    /// Decides, per envelope, whether the proxy drops it.
+    /// Decides, per envelope and per connection (known by the signing key
+    /// it authenticated with), whether the proxy drops it.
     public actor Filter {
-        var withhold: @Sendable (WireEnvelope) -> Bool = { _ in false }
+        var withhold: @Sendable (_ signingKey: Data?, WireEnvelope) -> Bool = { _, _ in false }
         public private(set) var withheld: [WireEnvelope] = []
 
-        func judge(_ envelope: WireEnvelope) -> Bool {
-            guard withhold(envelope) else { return false }
+        func judge(_ envelope: WireEnvelope, for signingKey: Data?) -> Bool {
+            guard withhold(signingKey, envelope) else { return false }
             withheld.append(envelope)
             return true
         }
 
-        public func set(_ withhold: @escaping @Sendable (WireEnvelope) -> Bool) { self.withhold = withhold }
+        public func set(_ withhold: @escaping @Sendable (Data?, WireEnvelope) -> Bool) { self.withhold = withhold }
+    }
+
+    /// The signing key a connection authenticated with, as it went past.
+    actor Connection {
+        var signingKey: Data?
+        func saw(_ key: Data) { signingKey = key }
     }
 
     private init(url: URL, filter: Filter, task: Task<Void, any Error>) {
@@ -36,8 +43,9 @@ public final class WithholdingProxy: Sendable {
         self.task = task
     }
 
-    /// Withholds, from now on, every envelope `withhold` picks.
-    public func withhold(_ withhold: @escaping @Sendable (WireEnvelope) -> Bool) async {
+    /// Withholds, from now on, every envelope `withhold` picks for a
+    /// connection authenticated with the given signing key.
+    public func withhold(_ withhold: @escaping @Sendable (_ signingKey: Data?, WireEnvelope) -> Bool) async {
         await filter.set(withhold)
     }
 
@@ -60,10 +68,16 @@ public final class WithholdingProxy: Sendable {
             try await WebSocketClient.connect(
                 url: components.string ?? "", configuration: configuration, logger: logger
             ) { upstreamInbound, upstreamOutbound, _ in
+                let connection = Connection()
                 try await withThrowingTaskGroup(of: Void.self) { group in
                     group.addTask {
                         for try await message in inbound.messages(maxSize: WireLimits.maxFrameBytes) {
                             guard case .binary(let buffer) = message else { continue }
+                            if let frame = try? FrameCodec.decodeClientFrame(Data(buffer.readableBytesView)),
+                                case .authenticate(let auth)? = frame.body
+                            {
+                                await connection.saw(auth.signingPublicKey)
+                            }
                             try await upstreamOutbound.write(.binary(buffer))
                         }
                     }
@@ -73,7 +87,8 @@ public final class WithholdingProxy: Sendable {
                             if let frame = try? FrameCodec.decode(
                                 WireServerFrame.self, from: Data(buffer.readableBytesView),
                                 limit: WireLimits.maxFrameBytes),
-                                case .envelope(let envelope)? = frame.body, await filter.judge(envelope)
+                                case .envelope(let envelope)? = frame.body,
+                                await filter.judge(envelope, for: connection.signingKey)
                             {
                                 continue
                             }

@@ -218,7 +218,7 @@ extension RallyClient {
             if let hook = commitRaceHook { await hook(attempt) }
             do {
                 _ = try await publish(commit, to: record)
-            } catch .relay(.refused(code: .conflict, _)) {
+            } catch .relay(.conflict) {
                 continue
             }
             _ = try await syncGroup(groupID)
@@ -728,7 +728,7 @@ extension RallyClient {
                 let event = try await self.ingestGroupEnvelope(envelope, groupID: groupID, processor: processor)
                 await handler(event)
             }
-        } catch .relay(.refused(code: .accessRevoked, _)) {
+        } catch .relay(.accessRevoked(_, let lastReadable)) {
             // The relay ended this member's access. Removed or gone: as
             // expected. Still a member here: the change that ended it was
             // never shown to this device.
@@ -741,7 +741,7 @@ extension RallyClient {
                 throw .store(error)
             }
             let reason =
-                "the relay ended this device's access after entry #\(seq), but this device was shown no change there"
+                "the relay ended this device's access to the group at entry #\(lastReadable), but this device, which has read up to #\(seq), was shown no change there"
             do {
                 try store.setDivergence(reason, group: groupID)
             } catch {

@@ -364,16 +364,17 @@ public actor RallyClient {
                 throw error
             } catch let error as LocalStoreError {
                 throw .store(error)
-            } catch RelayClientError.refused(code: .accessRevoked, _) {
-                // The key this subscription used was replaced at an entry
-                // it has now read. With the new key from that entry, read
-                // on; without one, the caller judges why (removed, or a
-                // change this device was never shown).
-                guard let current = try access(), current.publicKey != key?.publicKey else {
-                    throw .relay(.refused(code: .accessRevoked, message: "access to \(topic) ended"))
-                }
-                continue
             } catch let error as RelayClientError {
+                if case .accessRevoked = error {
+                    // The key this subscription used was replaced at an
+                    // entry it has now read. With the new key from that
+                    // entry, read on; without one, the caller judges why
+                    // (removed, or a change this device was never shown).
+                    guard let current = try access(), current.publicKey != key?.publicKey else {
+                        throw .relay(error)
+                    }
+                    continue
+                }
                 guard error.isTransient, !untilCaughtUp else { throw .relay(error) }
                 await live?.close()
                 live = nil
