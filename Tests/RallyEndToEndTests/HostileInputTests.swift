@@ -82,7 +82,8 @@ struct HostileInputTests {
     func badFrames() async throws {
         let relay = try await TestRelay.start()
         let identity = Identity(displayName: "bystander")
-        let topic = try TopicName(validating: "test/bystander-\(UUID().uuidString.lowercased())")
+        // The bystander's own inbox: anyone may post, its owner reads.
+        let topic = try TopicName.inbox(identity.inboxID.rawValue)
         let bystander = try await RelayConnection.connect(to: relay.url, identity: identity, logger: TestLogger.quiet)
 
         var frame = WireClientFrame()

@@ -28,7 +28,8 @@ struct RelayGuaranteeTests {
         let data = directory.path("data")
         let relay = try await RelayProcess.start(dataDirectory: data)
         let identity = Identity(displayName: "publisher")
-        let topic = try TopicName(validating: "test/kill-\(UUID().uuidString.lowercased())")
+        // The publisher's own inbox: anyone may post, its owner reads.
+        let topic = try TopicName.inbox(identity.inboxID.rawValue)
 
         actor Acks {
             var bySeq: [UInt64: Data] = [:]
@@ -55,12 +56,20 @@ struct RelayGuaranteeTests {
                 }
             }
         }
+        // Should every publisher stop early (a refusal), the count ends
+        // instead of waiting forever.
+        let allStopped = Task {
+            for publisher in publishers { await publisher.value }
+            progressContinuation.finish()
+        }
         var acknowledged = 0
         for await _ in progress {
             acknowledged += 1
             if acknowledged == 200 { break }
         }
+        #expect(acknowledged == 200, "the publishers stopped after \(acknowledged) acknowledged publishes")
         await relay.kill(signal: SIGKILL)
+        allStopped.cancel()
         for publisher in publishers { await publisher.value }
         #expect(relay.terminationStatus != 0)
 
@@ -91,7 +100,7 @@ struct RelayGuaranteeTests {
     func retryAfterLostAck() async throws {
         let relay = try await TestRelay.start()
         let identity = Identity(displayName: "sender")
-        let topic = try TopicName(validating: "test/retry-\(UUID().uuidString.lowercased())")
+        let topic = try TopicName.inbox(identity.inboxID.rawValue)
         let watcher = try await RelayConnection.connect(to: relay.url, identity: identity, logger: TestLogger.quiet)
         let stream = await watcher.subscribe(topic: topic, after: 0)
         var events = stream.makeAsyncIterator()

@@ -139,8 +139,7 @@ struct UntrustedRelayTests {
             try await body()
             return nil
         } catch let error as RelayClientError {
-            if case .refused(let code, _) = error { return code }
-            return nil
+            return error.code
         } catch {
             return nil
         }

@@ -73,7 +73,8 @@ struct UntrustedTextTests {
             MessageSealing.sign(body, by: impostor), key: key, groupID: group.groupID, epoch: record.state.epoch)
         let connection = try await bob.connected()
         _ = try await connection.publish(
-            topic: record.topic, payload: FrameCodec.encode(entry), idempotencyKey: body.messageID)
+            topic: record.topic, payload: FrameCodec.encode(entry), idempotencyKey: body.messageID,
+            access: record.topicAccess)
         await bob.disconnect()
         await carol.disconnect()
 

@@ -218,7 +218,9 @@ extension RallyClient {
             if let hook = commitRaceHook { await hook(attempt) }
             do {
                 _ = try await publish(commit, to: record)
-            } catch .relay(.conflict) {
+            } catch .relay(.conflict), .relay(.accessRevoked) {
+                // Another commit got there first (and may have replaced the
+                // topic key): read it, then rebuild.
                 continue
             }
             _ = try await syncGroup(groupID)
