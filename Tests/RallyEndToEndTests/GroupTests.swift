@@ -84,8 +84,21 @@ struct GroupTests {
         entry.message = try EpochKeys.encrypt(
             MessageSealing.sign(body, by: carol.identity), key: oldKey, groupID: groupID, epoch: oldEpoch)
         let raw = try await RelayConnection.connect(to: world.relay.url, identity: nil, logger: TestLogger.quiet)
+        let topic = try await carol.group(groupID).topic
+        // The relay refuses it: Carol's topic key was replaced with the key.
+        do {
+            _ = try await raw.publish(
+                topic: topic, payload: FrameCodec.encode(entry), idempotencyKey: body.messageID,
+                access: try await carol.group(groupID).topicAccess)
+            Issue.record("the relay stored a removed member's post")
+        } catch {
+            #expect((error as? RelayClientError)?.code == .accessRevoked)
+        }
+        // A relay that stores it anyway (here: with Bob's current key, as a
+        // colluding relay could) gains nothing: every member rejects it.
         _ = try await raw.publish(
-            topic: try carol.group(groupID).topic, payload: FrameCodec.encode(entry), idempotencyKey: body.messageID)
+            topic: topic, payload: FrameCodec.encode(entry), idempotencyKey: body.messageID,
+            access: try await bob.group(groupID).topicAccess)
         await raw.close()
         for member in [alice, bob] {
             let report = try await member.syncGroup(groupID)

@@ -240,6 +240,10 @@ func zbarDecode(_ path: String) async throws -> String {
         try process.run()
         let data = out.fileHandleForReading.readDataToEndOfFile()
         process.waitUntilExit()
-        return String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        // The decoded symbol is the first line; some zbar builds append
+        // D-Bus complaints ("Connection Error …") to standard output.
+        let text = String(decoding: data, as: UTF8.self)
+        return String(text.split(separator: "\n", omittingEmptySubsequences: true).first ?? "")
+            .trimmingCharacters(in: .whitespaces)
     }
 }

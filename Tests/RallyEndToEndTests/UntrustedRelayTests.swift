@@ -80,6 +80,7 @@ struct UntrustedRelayTests {
         let groupID = try await alice.createGroup(name: "Keys").groupID
         _ = try await alice.addMember(bob.inboxID, to: groupID)
         _ = try await alice.addMember(carol.inboxID, to: groupID)
+        try await catchUp(bob, groupID)
         try await catchUp(carol, groupID)
         let carolRecord = try await carol.group(groupID)
         let topic = carolRecord.topic
