@@ -288,7 +288,8 @@ struct UntrustedRelayTests {
             let proxy = try await WithholdingProxy.start { await relayBox.url }
             // Everyone goes through the proxy; it lies to Bob only.
             let relay = try await TestRelay.start(publicURL: proxy.url)
-            await relayBox.set(relay.url)
+            // The relay itself, not its public URL (which is the proxy's).
+            await relayBox.set(URL(string: "http://127.0.0.1:\(relay.relay.port)")!)
             let homes = TemporaryDirectory("rally-split")
             func user(_ name: String, via url: URL) async throws -> RallyClient {
                 try await RallyClient.create(
