@@ -130,13 +130,16 @@ struct LimitsTests {
         clock.advance(by: .seconds(86_000))
         #expect(await harness.call(3, .publish(publishBody(inbox, "newer")))?.publishAck.seq == 2)
         await RelayServer.prune(services: harness.services)
-        #expect(try await harness.store.fetch(topic: inbox, after: 0, limit: 10, nowMilliseconds: 0).envelopes.count == 2)
+        #expect(
+            try await harness.store.fetch(topic: inbox, after: 0, limit: 10, nowMilliseconds: 0).envelopes.count == 2)
         clock.advance(by: .seconds(401))
         await RelayServer.prune(services: harness.services)
         let left = try await harness.store.fetch(topic: inbox, after: 0, limit: 10, nowMilliseconds: 0)
         #expect(left.envelopes.map(\.seq) == [2])
         #expect(left.headSeq == 2)
-        #expect(try await harness.store.fetch(topic: groupTopic, after: 0, limit: 10, nowMilliseconds: 0).envelopes.count == 1)
+        #expect(
+            try await harness.store.fetch(topic: groupTopic, after: 0, limit: 10, nowMilliseconds: 0).envelopes.count
+                == 1)
         await harness.finish()
     }
 
@@ -175,7 +178,8 @@ struct LimitsTests {
         let page = try await harness.store.fetch(
             topic: groupTopic, after: 0, limit: 100, maxBytes: 10, nowMilliseconds: 0)
         #expect(page.envelopes.map(\.seq) == [1, 2])
-        let huge = try await harness.store.fetch(topic: groupTopic, after: 0, limit: 100, maxBytes: 1, nowMilliseconds: 0)
+        let huge = try await harness.store.fetch(
+            topic: groupTopic, after: 0, limit: 100, maxBytes: 1, nowMilliseconds: 0)
         #expect(huge.envelopes.map(\.seq) == [1])
         await harness.authenticate(Identity(displayName: "Ada"))
         var subscribe = WireSubscribe()
