@@ -191,6 +191,19 @@ struct LimitsTests {
         await harness.finish()
     }
 
+    @Test("the connection tracker caps connections in all and per address, and frees slots")
+    func connectionTracker() {
+        let tracker = ConnectionTracker(maxTotal: 3, maxPerIP: 2)
+        #expect(tracker.admit(ip: "a") == .admitted)
+        #expect(tracker.admit(ip: "a") == .admitted)
+        #expect(tracker.admit(ip: "a") == .refused("this address has 2 connections open"))
+        #expect(tracker.admit(ip: "b") == .admitted)
+        #expect(tracker.admit(ip: "c") == .refused("the relay has 3 connections open"))
+        tracker.release(ip: "a")
+        #expect(tracker.admit(ip: "c") == .admitted)
+        #expect(tracker.openCount == 3)
+    }
+
     @Test("the nonce cache refuses a replay and stays bounded")
     func nonceCache() {
         let cache = NonceCache(capacity: 2, lifetimeMilliseconds: 1000)
