@@ -17,7 +17,8 @@ struct RelayCommand: AsyncParsableCommand {
     @Option(
         help: ArgumentHelp(
             "The URL clients use to reach this relay (e.g. https://relay.example); signatures are bound to its origin.",
-            discussion: "Without it the relay accepts the origins of its bind address (and localhost/127.0.0.1 on loopback)."))
+            discussion:
+                "Without it the relay accepts the origins of its bind address (and localhost/127.0.0.1 on loopback)."))
     var publicURL: String?
 
     typealias D = RelayLimits.Defaults
@@ -39,7 +40,8 @@ struct RelayCommand: AsyncParsableCommand {
     @Option(help: "Payload bytes per backlog page sent to a subscriber.") var backlogPageBytes = D.backlogPageBytes
     @Option(help: "Publishes per second allowed on one connection.")
     var publishRatePerConnection = RelayLimits.default.publishRatePerSecond
-    @Option(help: "Publish burst allowed on one connection.") var publishBurstPerConnection = RelayLimits.default.publishBurst
+    @Option(help: "Publish burst allowed on one connection.") var publishBurstPerConnection = RelayLimits.default
+        .publishBurst
 
     func run() async throws {
         guard (0...65535).contains(port) else { throw ValidationError("--port must be 0...65535") }

@@ -49,7 +49,8 @@ public struct Identity: Sendable {
     public func authenticate(challengeNonce: Data, origin: String) -> WireAuthenticate {
         var auth = WireAuthenticate()
         auth.signingPublicKey = signingKey.publicKey.rawRepresentation
-        auth.signature = sign(.relayAuth, RelayAuthentication.signedBytes(origin: origin, challengeNonce: challengeNonce))
+        auth.signature = sign(
+            .relayAuth, RelayAuthentication.signedBytes(origin: origin, challengeNonce: challengeNonce))
         return auth
     }
 

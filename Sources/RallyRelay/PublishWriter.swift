@@ -109,7 +109,9 @@ actor PublishWriter {
         switch result {
         case .success(let results):
             let stored = results.compactMap { try? $0.get() }
-            let fresh = stored.filter { !$0.duplicate }.map { TopicHub.Item(envelope: $0.envelope, retiredKey: $0.retiredKey) }
+            let fresh = stored.filter { !$0.duplicate }.map {
+                TopicHub.Item(envelope: $0.envelope, retiredKey: $0.retiredKey)
+            }
             metrics.publishes.increment(by: Int64(fresh.count))
             metrics.duplicates.increment(by: Int64(stored.count - fresh.count))
             // Live subscribers get the envelopes before publishers get acks,

@@ -27,7 +27,8 @@ struct RelayFailure: Error, Sendable, Equatable {
         switch refusal {
         case .forbidden(let message): self.init(.forbidden, message, topic: topic)
         case .accessRevoked(let seq):
-            self.init(.accessRevoked, "this access key was replaced; it may read up to seq \(seq)", topic: topic, seq: seq)
+            self.init(
+                .accessRevoked, "this access key was replaced; it may read up to seq \(seq)", topic: topic, seq: seq)
         case .conflict(let seq):
             self.init(.conflict, "the topic's last control entry is seq \(seq)", topic: topic, seq: seq)
         case .quotaExceeded(let message): self.init(.quotaExceeded, message, topic: topic)

@@ -56,11 +56,13 @@ struct RelayServices: Sendable {
     func validateTopic(_ raw: String, forCapability: Bool) throws(RelayFailure) -> TopicName {
         let topic = try validateTopic(raw)
         if topic.kind != .inbox {
-            let isHex = topic.id.utf8.count == 64
+            let isHex =
+                topic.id.utf8.count == 64
                 && topic.id.utf8.allSatisfy { (48...57).contains($0) || (97...102).contains($0) }
             guard isHex else {
                 throw RelayFailure(
-                    .invalidTopic, "the id of a \(topic.rawValue.prefix { $0 != "/" }) topic is 64 lowercase hex digits",
+                    .invalidTopic,
+                    "the id of a \(topic.rawValue.prefix { $0 != "/" }) topic is 64 lowercase hex digits",
                     topic: topic.rawValue)
             }
         }
@@ -95,7 +97,8 @@ struct RelayServices: Sendable {
         switch status {
         case .current: return nil
         case .retired(let validThrough): return validThrough
-        case .unknown: throw RelayFailure(.forbidden, "this access key is not one of the topic's", topic: topic.rawValue)
+        case .unknown:
+            throw RelayFailure(.forbidden, "this access key is not one of the topic's", topic: topic.rawValue)
         case .unregistered:
             guard TopicAccess.topicID(firstAccessKey: key) == topic.id else {
                 throw RelayFailure(.forbidden, "this access key does not found the topic's id", topic: topic.rawValue)

@@ -92,7 +92,8 @@ public final class SQLiteRelayStore: RelayStore {
                 table.add(column: "retires_key", .blob)
             }
             try db.execute(
-                sql: "UPDATE topics SET bytes = (SELECT COALESCE(SUM(length(payload)), 0) FROM envelopes WHERE topic = name)"
+                sql:
+                    "UPDATE topics SET bytes = (SELECT COALESCE(SUM(length(payload)), 0) FROM envelopes WHERE topic = name)"
             )
             try db.create(table: "topic_keys") { table in
                 table.column("topic", .text).notNull()

@@ -30,8 +30,10 @@ struct HTTPAuthorizationTests {
     var header: String { HTTPAuthorization.header(identity: identity, binding: signedBinding) }
 
     func verify(_ header: String, _ binding: HTTPRequestBinding? = nil, at offset: TimeInterval = 0) throws -> InboxID {
-        try HTTPAuthorization.verify(header: header, binding: binding ?? self.binding(), now: now.addingTimeInterval(offset))
-            .inbox
+        try HTTPAuthorization.verify(
+            header: header, binding: binding ?? self.binding(), now: now.addingTimeInterval(offset)
+        )
+        .inbox
     }
 
     @Test func aFreshHeaderVerifiesToTheSignersInbox() throws {
@@ -68,7 +70,8 @@ struct HTTPAuthorizationTests {
     @Test func aTopicProofHeaderIsBoundTheSameWayAndNotAnAuthorization() throws {
         let access = try TopicAccess(secret: TopicAccess.newSecret())
         let proof = HTTPAuthorization.topicProofHeader(access: access, binding: signedBinding)
-        #expect(try HTTPAuthorization.verifyTopicProof(header: proof, binding: binding(), now: now).key == access.publicKey)
+        #expect(
+            try HTTPAuthorization.verifyTopicProof(header: proof, binding: binding(), now: now).key == access.publicKey)
         #expect(throws: RallyCryptoError.invalidSignature("topic proof header")) {
             try HTTPAuthorization.verifyTopicProof(header: proof, binding: binding(body: Data([1])), now: now)
         }

@@ -82,8 +82,8 @@ struct HostileInputTests {
     func badFrames() async throws {
         let relay = try await TestRelay.start()
         let identity = Identity(displayName: "bystander")
-        // The bystander's own inbox: anyone may post, its owner reads.
-        let topic = try TopicName.inbox(identity.inboxID.rawValue)
+        let access = try TopicAccess(secret: TopicAccess.newSecret())
+        let topic = try TopicName(validating: "test/\(access.foundedTopicID)")
         let bystander = try await RelayConnection.connect(to: relay.url, identity: identity, logger: TestLogger.quiet)
 
         var frame = WireClientFrame()
@@ -110,7 +110,7 @@ struct HostileInputTests {
         do {
             _ = try await large.publish(
                 topic: topic, payload: Data(count: WireLimits.maxPayloadBytes + 1),
-                idempotencyKey: MessageSealing.newMessageID())
+                idempotencyKey: MessageSealing.newMessageID(), access: access)
             Issue.record("an oversized payload was accepted")
         } catch .refused(let code, _) {
             #expect(code == .payloadTooLarge)
@@ -121,9 +121,10 @@ struct HostileInputTests {
 
         // The bystander is unaffected and the topic holds only its publish.
         let ack = try await bystander.publish(
-            topic: topic, payload: Data("still here".utf8), idempotencyKey: MessageSealing.newMessageID())
+            topic: topic, payload: Data("still here".utf8), idempotencyKey: MessageSealing.newMessageID(),
+            access: access)
         #expect(ack.seq == 1)
-        let stream = await bystander.subscribe(topic: topic, after: 0)
+        let stream = await bystander.subscribe(topic: topic, after: 0, access: access)
         let stored = try await collect(stream) { $0.count == 1 }
         #expect(stored.map(\.payload) == [Data("still here".utf8)])
         await bystander.close()

@@ -28,8 +28,9 @@ struct RelayGuaranteeTests {
         let data = directory.path("data")
         let relay = try await RelayProcess.start(dataDirectory: data)
         let identity = Identity(displayName: "publisher")
-        // The publisher's own inbox: anyone may post, its owner reads.
-        let topic = try TopicName.inbox(identity.inboxID.rawValue)
+        // A capability topic (docs/adr/0008): its id names its access key.
+        let access = try TopicAccess(secret: TopicAccess.newSecret())
+        let topic = try TopicName(validating: "test/\(access.foundedTopicID)")
 
         actor Acks {
             var bySeq: [UInt64: Data] = [:]
@@ -49,34 +50,27 @@ struct RelayGuaranteeTests {
                     let payload = Data("worker \(worker) message \(index)".utf8)
                     guard
                         let ack = try? await connection.publish(
-                            topic: topic, payload: payload, idempotencyKey: MessageSealing.newMessageID())
+                            topic: topic, payload: payload, idempotencyKey: MessageSealing.newMessageID(),
+                            access: access)
                     else { return }
                     await acks.add(ack.seq, payload)
                     progressContinuation.yield(1)
                 }
             }
         }
-        // Should every publisher stop early (a refusal), the count ends
-        // instead of waiting forever.
-        let allStopped = Task {
-            for publisher in publishers { await publisher.value }
-            progressContinuation.finish()
-        }
         var acknowledged = 0
         for await _ in progress {
             acknowledged += 1
             if acknowledged == 200 { break }
         }
-        #expect(acknowledged == 200, "the publishers stopped after \(acknowledged) acknowledged publishes")
         await relay.kill(signal: SIGKILL)
-        allStopped.cancel()
         for publisher in publishers { await publisher.value }
         #expect(relay.terminationStatus != 0)
 
         let restarted = try await RelayProcess.start(dataDirectory: data)
 
         let reader = try await RelayConnection.connect(to: restarted.url, identity: identity, logger: TestLogger.quiet)
-        let stream = await reader.subscribe(topic: topic, after: 0)
+        let stream = await reader.subscribe(topic: topic, after: 0, access: access)
         var stored: [WireEnvelope] = []
         for try await event in stream {
             if case .envelope(let envelope) = event { stored.append(envelope) }
@@ -100,9 +94,10 @@ struct RelayGuaranteeTests {
     func retryAfterLostAck() async throws {
         let relay = try await TestRelay.start()
         let identity = Identity(displayName: "sender")
-        let topic = try TopicName.inbox(identity.inboxID.rawValue)
+        let access = try TopicAccess(secret: TopicAccess.newSecret())
+        let topic = try TopicName(validating: "test/\(access.foundedTopicID)")
         let watcher = try await RelayConnection.connect(to: relay.url, identity: identity, logger: TestLogger.quiet)
-        let stream = await watcher.subscribe(topic: topic, after: 0)
+        let stream = await watcher.subscribe(topic: topic, after: 0, access: access)
         var events = stream.makeAsyncIterator()
         #expect(try await events.next() == .caughtUp(seq: 0))
 
@@ -115,6 +110,8 @@ struct RelayGuaranteeTests {
         frame.publish.payload = Data("once".utf8)
         frame.publish.idempotencyKey = key
         let first = try await RelayConnection.connect(to: relay.url, identity: identity, logger: TestLogger.quiet)
+        frame.publish.proof = access.connectionProof(
+            origin: first.origin, challengeNonce: try #require(await first.challengeNonce), topic: topic.rawValue)
         try await first.sendRaw(FrameCodec.encode(frame))
         await first.close()
         // The watcher seeing it proves the commit happened.
@@ -125,13 +122,14 @@ struct RelayGuaranteeTests {
         #expect(committed.seq == 1)
 
         let retry = try await RelayConnection.connect(to: relay.url, identity: identity, logger: TestLogger.quiet)
-        let ack = try await retry.publish(topic: topic, payload: Data("once".utf8), idempotencyKey: key)
+        let ack = try await retry.publish(
+            topic: topic, payload: Data("once".utf8), idempotencyKey: key, access: access)
         #expect(ack.seq == 1)
         #expect(ack.duplicate)
         // The next distinct publish is the very next envelope the watcher
         // sees: the retry added nothing.
         let next = try await retry.publish(
-            topic: topic, payload: Data("next".utf8), idempotencyKey: MessageSealing.newMessageID())
+            topic: topic, payload: Data("next".utf8), idempotencyKey: MessageSealing.newMessageID(), access: access)
         #expect(next.seq == 2)
         guard case .envelope(let following)? = try await events.next() else {
             Issue.record("expected the next envelope")
@@ -142,6 +140,54 @@ struct RelayGuaranteeTests {
 
         await retry.close()
         await watcher.close()
+        await relay.stop()
+    }
+
+    @Test("Capabilities through RelayConnection: typed CONFLICT and ACCESS_REVOKED, a retired key's stream ends")
+    func capabilitiesThroughTheClient() async throws {
+        let relay = try await TestRelay.start()
+        let identity = Identity(displayName: "member")
+        let first = try TopicAccess(secret: TopicAccess.newSecret())
+        let second = try TopicAccess(secret: TopicAccess.newSecret())
+        let topic = try TopicName.group(first.foundedTopicID)
+        let connection = try await RelayConnection.connect(to: relay.url, identity: identity, logger: TestLogger.quiet)
+        func publish(
+            _ text: String, _ access: TopicAccess?, control: Bool = false, expected: UInt64 = 0,
+            rotate: TopicAccess? = nil
+        ) async throws(RelayClientError) -> WirePublishAck {
+            try await connection.publish(
+                topic: topic, payload: Data(text.utf8), idempotencyKey: MessageSealing.newMessageID(),
+                access: access, control: control, expectedControlSeq: expected, rotateAccessKey: rotate?.publicKey)
+        }
+        await #expect(throws: RelayClientError.refused(code: .forbidden, message: "this topic needs a topic proof")) {
+            try await publish("no proof", nil)
+        }
+        #expect(try await publish("create", first, control: true).seq == 1)
+        await #expect(throws: RelayClientError.conflict(topic: topic.rawValue, lastControlSeq: 1)) {
+            try await publish("stale commit", first, control: true, expected: 0)
+        }
+        #expect(try await publish("rotate", first, control: true, expected: 1, rotate: second).seq == 2)
+        await #expect(throws: RelayClientError.accessRevoked(topic: topic.rawValue, lastReadableSeq: 2)) {
+            try await publish("late", first)
+        }
+        #expect(try await publish("3", second).seq == 3)
+        // The removed member's stream delivers up to the rotation, then ends.
+        var seen: [UInt64] = []
+        var controls: [Bool] = []
+        do {
+            for try await event in await connection.subscribe(topic: topic, after: 0, access: first) {
+                if case .envelope(let envelope) = event {
+                    seen.append(envelope.seq)
+                    controls.append(envelope.control)
+                }
+            }
+            Issue.record("the stream ended without an error")
+        } catch let error as RelayClientError {
+            #expect(error == .accessRevoked(topic: topic.rawValue, lastReadableSeq: 2))
+        }
+        #expect(seen == [1, 2])
+        #expect(controls == [true, true])
+        await connection.close()
         await relay.stop()
     }
 

@@ -126,7 +126,8 @@ struct CapabilityTests {
         #expect(await harness.call(1, .publish(publish))?.errorCode == .forbidden)
         publish.proof = .on(harness.session, topic: Self.topic, access: Self.first, origin: "https://evil.example")
         #expect(await harness.call(2, .publish(publish))?.errorCode == .forbidden)
-        publish.proof = Self.first.connectionProof(origin: testOrigin, challengeNonce: Data(count: 32), topic: Self.topic)
+        publish.proof = Self.first.connectionProof(
+            origin: testOrigin, challengeNonce: Data(count: 32), topic: Self.topic)
         #expect(await harness.call(3, .publish(publish))?.errorCode == .forbidden)
         publish.proof = .on(harness.session, topic: groupTopic, access: Self.first)
         #expect(await harness.call(4, .publish(publish))?.errorCode == .forbidden)
@@ -135,8 +136,9 @@ struct CapabilityTests {
         #expect(await harness.call(5, .publish(publish))?.publishAck.seq == 1)
         // Not 64 lowercase hex: not a capability topic id.
         #expect(await harness.call(6, .publish(publishBody("other/abc", "x")))?.errorCode == .invalidTopic)
-        #expect(await harness.call(7, .publish(publishBody("group/" + String(repeating: "AB", count: 32), "x")))?
-            .errorCode == .invalidTopic)
+        #expect(
+            await harness.call(7, .publish(publishBody("group/" + String(repeating: "AB", count: 32), "x")))?
+                .errorCode == .invalidTopic)
         await harness.finish()
     }
 

@@ -225,7 +225,9 @@ struct HTTPTests {
         await fixture.stop()
     }
 
-    @Test("capability topics over HTTP: the topic proof header is bound to the body, used once, checked against the key chain")
+    @Test(
+        "capability topics over HTTP: the topic proof header is bound to the body, used once, checked against the key chain"
+    )
     func topicProofs() async throws {
         let fixture = try await RelayFixture()
         let first = testAccess(21)
@@ -235,7 +237,8 @@ struct HTTPTests {
         create.control = true
         #expect(try await fixture.publish(create, access: first).body.ack?.seq == 1)
         // No proof, or one by a key that is not the topic's.
-        #expect(try await fixture.publish(publishBody(topic, "x"), headers: ["X": "y"]).body.wireError?.code == .forbidden)
+        #expect(
+            try await fixture.publish(publishBody(topic, "x"), headers: ["X": "y"]).body.wireError?.code == .forbidden)
         #expect(try await fixture.publish(publishBody(topic, "x"), access: second).status == 403)
         // A proof over another body is refused.
         let body = FrameCodec.encode(publishBody(topic, "signed"))
@@ -245,7 +248,10 @@ struct HTTPTests {
             "POST", "/v1/publish", body: FrameCodec.encode(publishBody(topic, "changed")),
             headers: [HTTPAuthorization.topicProofHeader: proof])
         #expect(changed.status == 401)
-        #expect(try await fixture.raw("POST", "/v1/publish", body: body, headers: [HTTPAuthorization.topicProofHeader: proof])
+        #expect(
+            try await fixture.raw(
+                "POST", "/v1/publish", body: body, headers: [HTTPAuthorization.topicProofHeader: proof]
+            )
             .body.ack?.seq == 2)
         // ...and only once.
         let replay = try await fixture.raw(
@@ -270,7 +276,8 @@ struct HTTPTests {
         #expect(conflict.status == 409)
         #expect(conflict.body.wireError?.code == .conflict && conflict.body.wireError?.seq == 3)
         #expect(try await fixture.publish(publishBody(topic, "4"), access: second).body.ack?.seq == 4)
-        func fetch(_ access: TopicAccess, after: UInt64) async throws -> (status: Int, body: Data, contentType: String?) {
+        func fetch(_ access: TopicAccess, after: UInt64) async throws -> (status: Int, body: Data, contentType: String?)
+        {
             let path = "/v1/topics/\(topic)?after=\(after)"
             return try await fixture.raw(
                 "GET", path,
@@ -394,7 +401,8 @@ struct JoinPageTests {
             #expect(csp.contains(directive))
         }
         // The CSP hash is the hash of the one inline script on the page.
-        let script = try #require(html.components(separatedBy: "<script>").last?.components(separatedBy: "</script>").first)
+        let script = try #require(
+            html.components(separatedBy: "<script>").last?.components(separatedBy: "</script>").first)
         let digest = Data(SHA256.hash(data: Data(script.utf8))).base64EncodedString()
         #expect(csp.contains("script-src 'sha256-\(digest)'"))
         #expect(html.components(separatedBy: "<script").count == 2)

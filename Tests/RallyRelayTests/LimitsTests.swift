@@ -130,13 +130,16 @@ struct LimitsTests {
         clock.advance(by: .seconds(86_000))
         #expect(await harness.call(3, .publish(publishBody(inbox, "newer")))?.publishAck.seq == 2)
         await RelayServer.prune(services: harness.services)
-        #expect(try await harness.store.fetch(topic: inbox, after: 0, limit: 10, nowMilliseconds: 0).envelopes.count == 2)
+        #expect(
+            try await harness.store.fetch(topic: inbox, after: 0, limit: 10, nowMilliseconds: 0).envelopes.count == 2)
         clock.advance(by: .seconds(401))
         await RelayServer.prune(services: harness.services)
         let left = try await harness.store.fetch(topic: inbox, after: 0, limit: 10, nowMilliseconds: 0)
         #expect(left.envelopes.map(\.seq) == [2])
         #expect(left.headSeq == 2)
-        #expect(try await harness.store.fetch(topic: groupTopic, after: 0, limit: 10, nowMilliseconds: 0).envelopes.count == 1)
+        #expect(
+            try await harness.store.fetch(topic: groupTopic, after: 0, limit: 10, nowMilliseconds: 0).envelopes.count
+                == 1)
         await harness.finish()
     }
 
@@ -175,7 +178,8 @@ struct LimitsTests {
         let page = try await harness.store.fetch(
             topic: groupTopic, after: 0, limit: 100, maxBytes: 10, nowMilliseconds: 0)
         #expect(page.envelopes.map(\.seq) == [1, 2])
-        let huge = try await harness.store.fetch(topic: groupTopic, after: 0, limit: 100, maxBytes: 1, nowMilliseconds: 0)
+        let huge = try await harness.store.fetch(
+            topic: groupTopic, after: 0, limit: 100, maxBytes: 1, nowMilliseconds: 0)
         #expect(huge.envelopes.map(\.seq) == [1])
         await harness.authenticate(Identity(displayName: "Ada"))
         var subscribe = WireSubscribe()
@@ -185,6 +189,19 @@ struct LimitsTests {
         for _ in 0..<5 { seqs.append(try #require(await harness.reader.envelope()).seq) }
         #expect(seqs == [1, 2, 3, 4, 5])
         await harness.finish()
+    }
+
+    @Test("the connection tracker caps connections in all and per address, and frees slots")
+    func connectionTracker() {
+        let tracker = ConnectionTracker(maxTotal: 3, maxPerIP: 2)
+        #expect(tracker.admit(ip: "a") == .admitted)
+        #expect(tracker.admit(ip: "a") == .admitted)
+        #expect(tracker.admit(ip: "a") == .refused("this address has 2 connections open"))
+        #expect(tracker.admit(ip: "b") == .admitted)
+        #expect(tracker.admit(ip: "c") == .refused("the relay has 3 connections open"))
+        tracker.release(ip: "a")
+        #expect(tracker.admit(ip: "c") == .admitted)
+        #expect(tracker.openCount == 3)
     }
 
     @Test("the nonce cache refuses a replay and stays bounded")

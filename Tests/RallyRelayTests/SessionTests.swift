@@ -54,7 +54,8 @@ struct SessionHarness {
 
     @discardableResult
     mutating func authenticate(_ identity: Identity) async -> WireServerFrame? {
-        await call(9_000, .authenticate(identity.authenticate(challengeNonce: session.challengeNonce, origin: testOrigin)))
+        await call(
+            9_000, .authenticate(identity.authenticate(challengeNonce: session.challengeNonce, origin: testOrigin)))
     }
 
     func finish() async {

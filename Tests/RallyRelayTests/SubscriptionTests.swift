@@ -113,7 +113,8 @@ struct SubscriptionTests {
         let identity = Identity(displayName: "Ada")
 
         await stalled.open()
-        _ = await session.handle(.make(1, .authenticate(identity.authenticate(challengeNonce: session.challengeNonce, origin: testOrigin))))
+        _ = await session.handle(
+            .make(1, .authenticate(identity.authenticate(challengeNonce: session.challengeNonce, origin: testOrigin))))
         _ = await session.handle(.make(2, subscribe(groupTopic, after: 0, on: session)))
         #expect(await reader.reply(to: 2)?.subscribed.caughtUpSeq == 0)
 

@@ -185,7 +185,9 @@ struct WebSocketTests {
         let client = try await WireClient.connect(fixture)
         let identity = Identity(displayName: "Ada")
         try await client.send(
-            1, .authenticate(identity.authenticate(challengeNonce: client.challenge.nonce, origin: "http://relay.evil:8080")))
+            1,
+            .authenticate(
+                identity.authenticate(challengeNonce: client.challenge.nonce, origin: "http://relay.evil:8080")))
         #expect(try await client.next()?.errorCode == .authenticationFailed)
         // localhost is the same loopback relay.
         try await client.send(

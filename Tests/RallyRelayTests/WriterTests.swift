@@ -60,7 +60,8 @@ actor GatedStore: RelayStore {
         try await inner.keyBundle(inboxID: inboxID)
     }
     func deleteExpired(nowMilliseconds: Int64, inboxCutoffMilliseconds: Int64) async throws -> Int {
-        try await inner.deleteExpired(nowMilliseconds: nowMilliseconds, inboxCutoffMilliseconds: inboxCutoffMilliseconds)
+        try await inner.deleteExpired(
+            nowMilliseconds: nowMilliseconds, inboxCutoffMilliseconds: inboxCutoffMilliseconds)
     }
     func close() async throws { try await inner.close() }
 }
