@@ -70,11 +70,6 @@ struct RelayFailure: Error, Sendable, Equatable {
         case .slowConsumer, .tooManySubscriptions: .tooManyRequests
         case .shuttingDown: .serviceUnavailable
         case .internal: .internalServerError
-        case .conflict: .conflict
-        case .quotaExceeded: .contentTooLarge
-        case .accessRevoked: .forbidden
-        case .tooManyConnections: .serviceUnavailable
-        case .idleTimeout: .requestTimeout
         }
     }
 }
