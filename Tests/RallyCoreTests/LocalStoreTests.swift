@@ -260,7 +260,7 @@ struct LocalStoreTests {
         next.divergence = "entry #7 belongs to another history"
         let nextKey = EpochKeys.newKey()
         let store = try temp.openStore()
-        try store.ingestGroupEntry(next, seq: 7, epochKey: (2, nextKey), message: nil)
+        try store.ingestGroupEntry(next, seq: 7, epochKey: (2, nextKey), message: nil, accessSecretChanged: true)
         let loaded = try #require(try temp.openStore().group(GroupTest.groupID))
         #expect(loaded == next)
         #expect(loaded.state.transcript == next.state.transcript)

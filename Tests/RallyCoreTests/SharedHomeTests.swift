@@ -103,7 +103,7 @@ struct SharedHomeTests {
     func groupMessagesTakeTheMemberRecordName() throws {
         let owner = Identity(displayName: "Bob")
         var state = GroupState(groupID: GroupTest.groupID)
-        let create = GroupTest.commit(GroupTest.create("Picnic"), by: owner, epoch: 0)
+        let create = GroupTest.commit(GroupTest.create("Picnic"), by: owner, on: state)
         _ = state.apply(try GroupTest.verified(create, by: owner))
         #expect(state.members[owner.inboxID] != nil)
         let claimed = StoredMessage(

@@ -159,7 +159,11 @@ struct GroupTests {
         #expect(
             results.contains {
                 // The loser built on the key the winner replaced.
-                if case .failure(let error) = $0 { error.code == .conflict || error.code == .accessRevoked } else { false }
+                if case .failure(let error) = $0 {
+                    error.code == .conflict || error.code == .accessRevoked
+                } else {
+                    false
+                }
             })
 
         var lists: [[String]] = []

@@ -148,7 +148,9 @@ struct UntrustedRelayTests {
 
     /// A welcome of Mallory's making for the real group: its own snapshot
     /// (Mallory as owner), keys and access secret.
-    func forgedWelcome(for target: RallyClient, by mallory: RallyClient, real: GroupRecord) async throws
+    func forgedWelcome(
+        for target: RallyClient, by mallory: RallyClient, real: GroupRecord
+    ) async throws
         -> WireGroupWelcome
     {
         var state = GroupState(groupID: real.groupID)

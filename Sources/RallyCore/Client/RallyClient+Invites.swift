@@ -404,7 +404,7 @@ extension RallyClient {
                     case .inviteUsedUp: .reject(.singleUseConsumed, reason: "the invite was used")
                     case .inviteRevoked: .reject(.inviteRevoked, reason: "the invite was revoked")
                     case .inviteRotationPending:
-                        .reject(.inviteRevoked, reason: "an admin left, which revoked every invite; ask for a new one")
+                        .reject(.inviteRevoked, reason: JoinRequestPolicy.adminLeftReason)
                     case .exploded: .reject(.conversationExpired, reason: "the group was exploded")
                     case .alreadyMember: .alreadyMember(groupID: groupID, tag: admission.tag)
                     default: .reject(.genericFailure, reason: rejection.description)

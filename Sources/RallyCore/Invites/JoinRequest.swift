@@ -147,6 +147,8 @@ public enum JoinRequestPolicy {
         Data(SHA256.hash(data: signed.payload).prefix(16))
     }
 
+    static let adminLeftReason = "an admin left, which revoked every invite; ask for a new one"
+
     public static func decide(_ context: Context) -> JoinRequestDecision {
         // 1. Duplicate: handled once, ever.
         if context.seenBefore || context.group?.state.admittedJoinRequests.contains(context.requestID) == true {
@@ -195,6 +197,8 @@ public enum JoinRequestPolicy {
         guard let issuerRole = state.role(of: invite.issuer.inboxID), issuerRole >= .admin else {
             return .reject(.inviteRevoked, reason: "whoever issued the invite is no longer an admin")
         }
+        // An admin left holding the seed: every invite of its time is revoked.
+        if state.invitesNeedRotation { return .reject(.inviteRevoked, reason: adminLeftReason) }
         // 5. Deleted or exploded.
         if state.exploded { return .reject(.conversationExpired, reason: "the group was exploded") }
         let joiner = context.sender
