@@ -126,10 +126,12 @@ public final class SQLiteRelayStore: RelayStore {
         _ request: PublishRequest, serverTime: Int64, db: Database
     ) throws -> Result<AppendResult, AppendRefusal> {
         let key: Data? = request.idempotencyKey.isEmpty ? nil : request.idempotencyKey
+        // The hot path: cached statements, one read of the topic row and
+        // one upsert that sets the head, the byte count and the control seq.
         if let key,
             let row = try Row.fetchOne(
-                db,
-                sql: "SELECT \(envelopeColumns) FROM envelopes WHERE topic = ? AND idempotency_key = ?",
+                db.cachedStatement(
+                    sql: "SELECT \(envelopeColumns) FROM envelopes WHERE topic = ? AND idempotency_key = ?"),
                 arguments: [request.topic, key])
         {
             // A retry: answered before any other check, as long as the key
@@ -141,8 +143,9 @@ public final class SQLiteRelayStore: RelayStore {
             return .success(AppendResult(envelope: envelope(row), duplicate: true))
         }
         let topicRow = try Row.fetchOne(
-            db, sql: "SELECT last_seq, last_control_seq, bytes FROM topics WHERE name = ?",
+            db.cachedStatement(sql: "SELECT last_seq, last_control_seq, bytes FROM topics WHERE name = ?"),
             arguments: [request.topic])
+        let lastSeq: Int64 = topicRow?["last_seq"] ?? 0
         let lastControlSeq: Int64 = topicRow?["last_control_seq"] ?? 0
         let storedBytes: Int64 = topicRow?["bytes"] ?? 0
         var registers = false
@@ -161,7 +164,8 @@ public final class SQLiteRelayStore: RelayStore {
         if request.control, UInt64(max(0, lastControlSeq)) != request.expectedControlSeq {
             return .failure(.conflict(lastControlSeq: UInt64(max(0, lastControlSeq))))
         }
-        if request.quotaBytes > 0, storedBytes + Int64(request.payload.count) > request.quotaBytes {
+        let newBytes = storedBytes + Int64(request.payload.count)
+        if request.quotaBytes > 0, newBytes > request.quotaBytes {
             return .failure(.quotaExceeded("the topic stores at most \(request.quotaBytes) bytes"))
         }
         if registers, let accessKey = request.accessKey {
@@ -169,43 +173,39 @@ public final class SQLiteRelayStore: RelayStore {
                 sql: "INSERT INTO topic_keys (topic, access_key, valid_through) VALUES (?, ?, NULL)",
                 arguments: [request.topic, accessKey])
         }
-        try db.execute(
+        let seq = lastSeq + 1
+        try db.cachedStatement(
             sql: """
-                INSERT INTO topics (name, last_seq, bytes) VALUES (?, 1, ?)
-                ON CONFLICT (name) DO UPDATE SET last_seq = last_seq + 1, bytes = bytes + excluded.bytes
-                """,
-            arguments: [request.topic, request.payload.count])
-        let seq = try Int64.fetchOne(db, sql: "SELECT last_seq FROM topics WHERE name = ?", arguments: [request.topic])
-        guard let seq else { throw DatabaseError(message: "topic head was not returned") }
+                INSERT INTO topics (name, last_seq, bytes, last_control_seq) VALUES (?, ?, ?, ?)
+                ON CONFLICT (name) DO UPDATE SET last_seq = excluded.last_seq, bytes = excluded.bytes,
+                last_control_seq = excluded.last_control_seq
+                """
+        ).execute(arguments: [request.topic, seq, newBytes, request.control ? seq : lastControlSeq])
         var retired: Data?
-        if request.control {
+        if request.control, let newKey = request.rotateAccessKey, let oldKey = request.accessKey, newKey != oldKey {
+            // The old key reads up to and including this entry.
             try db.execute(
-                sql: "UPDATE topics SET last_control_seq = ? WHERE name = ?", arguments: [seq, request.topic])
-            if let newKey = request.rotateAccessKey, let oldKey = request.accessKey, newKey != oldKey {
-                // The old key reads up to and including this entry.
-                try db.execute(
-                    sql: "UPDATE topic_keys SET valid_through = ? WHERE topic = ? AND valid_through IS NULL",
-                    arguments: [seq, request.topic])
-                try db.execute(
-                    sql: """
-                        INSERT INTO topic_keys (topic, access_key, valid_through) VALUES (?, ?, NULL)
-                        ON CONFLICT (topic, access_key) DO UPDATE SET valid_through = NULL
-                        """,
-                    arguments: [request.topic, newKey])
-                retired = oldKey
-            }
+                sql: "UPDATE topic_keys SET valid_through = ? WHERE topic = ? AND valid_through IS NULL",
+                arguments: [seq, request.topic])
+            try db.execute(
+                sql: """
+                    INSERT INTO topic_keys (topic, access_key, valid_through) VALUES (?, ?, NULL)
+                    ON CONFLICT (topic, access_key) DO UPDATE SET valid_through = NULL
+                    """,
+                arguments: [request.topic, newKey])
+            retired = oldKey
         }
-        try db.execute(
+        try db.cachedStatement(
             sql: """
                 INSERT INTO envelopes
                 (topic, seq, server_time_ms, payload, should_push, expires_at_ms, idempotency_key, control,
                  retires_key)
                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-                """,
-            arguments: [
-                request.topic, seq, serverTime, request.payload, request.shouldPush,
-                request.expiresAtMilliseconds, key, request.control, retired,
-            ])
+                """
+        ).execute(arguments: [
+            request.topic, seq, serverTime, request.payload, request.shouldPush,
+            request.expiresAtMilliseconds, key, request.control, retired,
+        ])
         var stored = WireEnvelope()
         stored.topic = request.topic
         stored.seq = UInt64(seq)
@@ -223,7 +223,7 @@ public final class SQLiteRelayStore: RelayStore {
 
     private static func status(topic: String, key: Data, db: Database) throws -> AccessKeyStatus {
         if let row = try Row.fetchOne(
-            db, sql: "SELECT valid_through FROM topic_keys WHERE topic = ? AND access_key = ?",
+            db.cachedStatement(sql: "SELECT valid_through FROM topic_keys WHERE topic = ? AND access_key = ?"),
             arguments: [topic, key])
         {
             let validThrough: Int64? = row["valid_through"]
