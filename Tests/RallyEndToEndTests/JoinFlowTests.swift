@@ -145,6 +145,35 @@ struct JoinFlowTests {
         await w.world.stop([w.owner, bob])
     }
 
+    @Test("A replayed old join error does not end a later request made with the same invite")
+    func replayedErrorIsIgnored() async throws {
+        let (w, invite) = try await InviteWorld.start()
+        try await w.owner.revokeInvites(in: w.groupID)
+        let bob = try await w.user("bob")
+        let first = try await requestJoin(bob, invite.appLink)
+        _ = try await w.owner.processJoinRequests()
+        #expect(try await joinState(bob, first).phase == .failed)
+        let oldAnswer = try #require(
+            try bob.store.messages(conversation: nil).first {
+                $0.contentType == InviteJoinErrorCodec.contentType.description
+            })
+        // Bob tries again with the same invite: a new request.
+        let second = try await requestJoin(bob, invite.appLink)
+        #expect(second.requestID != first.requestID)
+        // The old answer, delivered again (as a relay could), answers nothing now.
+        #expect(await bob.joinEvent(in: oldAnswer) == nil)
+        // The answer to the new request does.
+        let renamed = StoredMessage(
+            id: RallyClient.joinErrorID(for: try #require(Data(hexString: second.requestID))).hexString,
+            conversation: oldAnswer.conversation, outgoing: false, sender: oldAnswer.sender,
+            senderName: oldAnswer.senderName, sentAt: oldAnswer.sentAt, receivedAt: oldAnswer.receivedAt,
+            topic: oldAnswer.topic, seq: oldAnswer.seq, contentType: oldAnswer.contentType,
+            encodedContent: oldAnswer.encodedContent, displayText: oldAnswer.displayText,
+            isKnownType: oldAnswer.isKnownType)
+        #expect(await bob.joinEvent(in: renamed) != nil)
+        await w.world.stop([w.owner, bob])
+    }
+
     @Test("Exploded group: conversation_expired reaches the joiner's state machine")
     func exploded() async throws {
         let (w, invite) = try await InviteWorld.start()

@@ -606,7 +606,7 @@ extension RallyClient {
             let error = codecs.decode(content).value as? InviteJoinError,
             let attempts = try? store.joinAttempts(),
             attempts.contains(where: { attempt in
-                attempt.invite.tag == error.inviteTag
+                !attempt.isFinal && attempt.invite.tag == error.inviteTag
                     && Data(hexString: attempt.requestID).map { Self.joinErrorID(for: $0).hexString } == message.id
             })
         else { return nil }
