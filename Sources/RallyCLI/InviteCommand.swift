@@ -163,12 +163,7 @@ struct InviteCommand: AsyncParsableCommand {
 
         func run() async throws {
             let client = try options.openClient()
-            let target: InboxID
-            do {
-                target = try InboxID(validating: inbox)
-            } catch {
-                throw ValidationError("\"\(inbox)\" is not an inbox id: \(error)")
-            }
+            let target = try GroupCommand.inbox(inbox)
             let lifted = try await client.unblockJoinSender(target, in: group)
             options.output.emit(["inboxId": target.rawValue, "unblocked": lifted ? "true" : "false"]) {
                 lifted

@@ -81,18 +81,21 @@ public enum CommitSealing {
     public static func epochLink(
         previousEpochKey: SymmetricKey, groupID: String, epoch: UInt64, transcript: Data
     ) -> Data {
-        let key = HKDF<SHA256>.deriveKey(inputKeyMaterial: previousEpochKey, info: linkKeyInfo, outputByteCount: 32)
-        var message = Data("\(groupID)|\(epoch)|".utf8)
-        message.append(transcript)
+        let (key, message) = linkInput(previousEpochKey, groupID, epoch, transcript)
         return Data(HMAC<SHA256>.authenticationCode(for: message, using: key))
     }
 
     public static func isValidEpochLink(
         _ link: Data, previousEpochKey: SymmetricKey, groupID: String, epoch: UInt64, transcript: Data
     ) -> Bool {
-        let key = HKDF<SHA256>.deriveKey(inputKeyMaterial: previousEpochKey, info: linkKeyInfo, outputByteCount: 32)
-        var message = Data("\(groupID)|\(epoch)|".utf8)
-        message.append(transcript)
+        let (key, message) = linkInput(previousEpochKey, groupID, epoch, transcript)
         return HMAC<SHA256>.isValidAuthenticationCode(link, authenticating: message, using: key)
+    }
+
+    private static func linkInput(
+        _ previousEpochKey: SymmetricKey, _ groupID: String, _ epoch: UInt64, _ transcript: Data
+    ) -> (SymmetricKey, Data) {
+        let key = HKDF<SHA256>.deriveKey(inputKeyMaterial: previousEpochKey, info: linkKeyInfo, outputByteCount: 32)
+        return (key, Data("\(groupID)|\(epoch)|".utf8) + transcript)
     }
 }

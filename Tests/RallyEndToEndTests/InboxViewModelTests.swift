@@ -41,13 +41,9 @@ struct InboxViewModelTests {
 
     @Test("The direct-message inbox shows direct messages only, not the group messages stored beside them")
     func inboxShowsOnlyDirectMessages() async throws {
-        let relay = try await TestRelay.start()
-        let homes = TemporaryDirectory("rally-vm")
-        defer { homes.remove() }
-        let alice = try await RallyClient.create(
-            home: homes.path("alice"), relayURL: relay.url, displayName: "Alice", logger: TestLogger.quiet)
-        let bob = try await RallyClient.create(
-            home: homes.path("bob"), relayURL: relay.url, displayName: "Bob", logger: TestLogger.quiet)
+        let world = try await GroupWorld.start()
+        let alice = try await world.user("alice")
+        let bob = try await world.user("bob")
         let group = try await alice.createGroup(name: "Picnic")
         _ = try await alice.addMember(bob.inboxID, to: group.groupID)
         _ = try await alice.sendGroupText("to the group", to: group.groupID)
@@ -62,8 +58,6 @@ struct InboxViewModelTests {
         #expect(!model.messages.map(\.displayText).contains("to the group"))
         #expect(model.messages.map(\.displayText).contains("just to bob"))
         #expect(model.messages.allSatisfy { $0.topic.hasPrefix("inbox/") })
-        await alice.disconnect()
-        await bob.disconnect()
-        await relay.stop()
+        await world.stop([alice, bob])
     }
 }

@@ -471,7 +471,7 @@ extension RallyClient {
             return try keepAsMessage(existing)
         }
         let record: GroupRecord
-        switch try await verify(welcome, from: message.sender) {
+        switch try await verify(welcome) {
         case .failure(let reason):
             logger.warning("ignoring group welcome from \(message.sender): \(reason)")
             return try keepAsMessage()
@@ -564,7 +564,7 @@ extension RallyClient {
     /// commit key, signed by an admin, adding exactly this identity, and
     /// the snapshot is the state that commit's transcript leads to.
     private func verify(
-        _ welcome: WireGroupWelcome, from sender: InboxID
+        _ welcome: WireGroupWelcome
     ) async throws(RallyClientError) -> Result<GroupRecord, WelcomeProblem> {
         guard welcome.groupID == welcome.snapshot.groupID, (try? TopicName.group(welcome.topicID)) != nil,
             welcome.groupID == GroupRecord.groupID(forTopicID: welcome.topicID)
@@ -606,7 +606,6 @@ extension RallyClient {
             CommitSealing.transcript(after: commit.commit.parentTranscript, commitBytes: commit.signedBytes)
                 == state.transcript, commit.commit.parentTranscript == sealed.transcript
         else { return .failure(.notInTheLog("the snapshot is not the state the admission leads to")) }
-        _ = sender
         return .success(
             GroupRecord(
                 groupID: welcome.groupID, topicID: welcome.topicID, state: state, status: .active,
