@@ -15,6 +15,7 @@ let package = Package(
         .library(name: "RallyRelay", targets: ["RallyRelay"]),
         .library(name: "RallyCore", targets: ["RallyCore"]),
         .library(name: "RallyViewModels", targets: ["RallyViewModels"]),
+        .library(name: "RallyTesting", targets: ["RallyTesting"]),
         .library(name: "RallyQR", targets: ["RallyQR"]),
         .executable(name: "rally", targets: ["rally"]),
     ],
@@ -79,6 +80,13 @@ let package = Package(
             ],
             swiftSettings: strict
         ),
+        // An in-memory relay and an intercepting transport, for apps' and
+        // the SDK's own unit tests of client flows without sockets.
+        .target(
+            name: "RallyTesting",
+            dependencies: ["RallyCore", "RallyCrypto", "RallyWire"],
+            swiftSettings: strict
+        ),
         .target(
             name: "RallyQR",
             dependencies: ["CZlib"],
@@ -118,7 +126,7 @@ let package = Package(
         .target(
             name: "RallyTestSupport",
             dependencies: [
-                "RallyCore", "RallyRelay",
+                "RallyCore", "RallyRelay", "RallyTesting",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
                 .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
@@ -152,7 +160,7 @@ let package = Package(
         .testTarget(
             name: "RallyCoreTests",
             dependencies: [
-                "RallyCore", "RallyTestSupport",
+                "RallyCore", "RallyTestSupport", "RallyTesting",
                 // Builds homes as earlier versions left them.
                 .product(name: "GRDB", package: "GRDB.swift"),
             ],
@@ -160,7 +168,7 @@ let package = Package(
         ),
         .testTarget(
             name: "RallyEndToEndTests",
-            dependencies: ["RallyCLI", "RallyViewModels", "RallyTestSupport", "rally"],
+            dependencies: ["RallyCLI", "RallyViewModels", "RallyTestSupport", "RallyTesting", "rally"],
             swiftSettings: strict
         ),
     ]

@@ -45,7 +45,7 @@ struct DMCommand: AsyncParsableCommand {
             let client = try options.openClient()
             let output = options.output
             if follow {
-                if all { try printStored(client, output: output, asLines: true) }
+                if all { try await printStored(client, output: output, asLines: true) }
                 try await client.followInbox(untilCaughtUp: false) { event in
                     switch event {
                     case .message(let message):
@@ -62,7 +62,7 @@ struct DMCommand: AsyncParsableCommand {
             await client.disconnect()
             for rejection in report.rejected { Output.warn("warning: \("\(rejection)".terminalSafe)") }
             if all {
-                try printStored(client, output: output, asLines: false)
+                try await printStored(client, output: output, asLines: false)
             } else if output.json {
                 output.emit(report.received.map(MessageJSON.init)) { "" }
             } else if report.received.isEmpty {
@@ -72,8 +72,8 @@ struct DMCommand: AsyncParsableCommand {
             }
         }
 
-        private func printStored(_ client: RallyClient, output: Output, asLines: Bool) throws {
-            let messages = try client.store.directMessages()
+        private func printStored(_ client: RallyClient, output: Output, asLines: Bool) async throws {
+            let messages = try await client.directMessageHistory()
             if output.json && !asLines {
                 output.emit(messages.map(MessageJSON.init)) { "" }
             } else {

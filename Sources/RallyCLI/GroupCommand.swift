@@ -45,20 +45,6 @@ struct GroupCommand: AsyncParsableCommand {
         }
     }
 
-    /// A group message as shown: under its sender's name in the group's
-    /// signed member record, never the name the sender wrote into the
-    /// message (anyone can write "Alice" there). A sender no longer in the
-    /// group keeps the member-record name stored when the message was read.
-    static func named(_ message: StoredMessage, store: LocalStore) -> StoredMessage {
-        if let record = try? store.group(message.conversation), record.state.members[message.sender] != nil {
-            return LocalStore.namedByMemberRecord(message, in: record.state)
-        }
-        if let stored = try? store.message(id: message.id), stored.conversation == message.conversation {
-            return stored
-        }
-        return message
-    }
-
     static func open(_ options: ClientOptions) throws -> RallyClient {
         try options.openClient()
     }
@@ -172,19 +158,18 @@ struct GroupCommand: AsyncParsableCommand {
             _ = try await client.syncInbox()
             let output = options.output
             let groupID = try await client.group(group).groupID
-            let store = client.store
             if follow {
                 try await client.followGroup(groupID, untilCaughtUp: false) { event in
-                    Read.print(event, output: output, store: store)
+                    Read.print(event, output: output, client: client)
                 }
                 return
             }
             let report = try await client.syncGroup(groupID)
             await client.disconnect()
-            let messages = (all ? try store.messages(conversation: groupID) : report.messages).map {
-                GroupCommand.named($0, store: store)
+            let messages = (all ? try await client.groupMessages(in: groupID) : report.messages).map {
+                client.asShown($0)
             }
-            for event in report.events { Read.print(event, output: output, store: store, messagesToo: false) }
+            for event in report.events { Read.print(event, output: output, client: client, messagesToo: false) }
             if output.json {
                 output.emit(messages.map(MessageJSON.init)) { "" }
             } else if messages.isEmpty {
@@ -194,10 +179,10 @@ struct GroupCommand: AsyncParsableCommand {
             }
         }
 
-        static func print(_ event: GroupLogEvent, output: Output, store: LocalStore, messagesToo: Bool = true) {
+        static func print(_ event: GroupLogEvent, output: Output, client: RallyClient, messagesToo: Bool = true) {
             switch event {
             case .message(let received) where messagesToo:
-                let message = GroupCommand.named(received, store: store)
+                let message = client.asShown(received)
                 output.emit(MessageJSON(message)) { MessageJSON.human(message) }
             case .rejected(let seq, let reason):
                 Output.warn("warning: dropped group log entry #\(seq): \("\(reason)".terminalSafe)")

@@ -80,7 +80,6 @@ struct WatchCommand: AsyncParsableCommand {
     func run() async throws {
         let client = try options.openClient()
         let output = options.output
-        let store = client.store
         output.emit(EventJSON(event: "started")) { "watching as \(client.inboxID); interrupt to stop" }
         try await client.watch { event in
             switch event {
@@ -93,7 +92,7 @@ struct WatchCommand: AsyncParsableCommand {
             case .inbox(.caughtUp):
                 break
             case .group(let groupID, .message(let received)):
-                let message = GroupCommand.named(received, store: store)
+                let message = client.asShown(received)
                 output.emit(EventJSON(event: "group_message", groupId: groupID, message: MessageJSON(message))) {
                     "[\(groupID.prefix(8))] \(MessageJSON.human(message))"
                 }

@@ -28,7 +28,7 @@ public final class InboxViewModel {
         do {
             let report = try await client.syncInbox()
             rejectedCount += report.rejected.count
-            messages = try client.store.directMessages()
+            messages = try await client.directMessageHistory()
             errorMessage = nil
         } catch {
             errorMessage = String(describing: error)

@@ -31,7 +31,7 @@ struct HomeSecurityTests {
         let identity = Identity(displayName: "Ada")
         try store.saveIdentity(identity)
         let topic = try TopicName(validating: "inbox/\(identity.inboxID.rawValue)")
-        try store.ingest(topic: topic, seq: 1, message: Fixtures.message(seq: 1))
+        try store.ingest(topic: topic, seq: 1, message: Fixtures.message(seq: 1), now: Fixtures.created)
         try store.secrets.setSecret(Data([1, 2, 3]), named: .inviteSeed(group: "g"))
         // The store stays open, so SQLite's -wal and -shm files exist now.
         let files = try FileManager.default.contentsOfDirectory(atPath: temp.home.path).sorted()

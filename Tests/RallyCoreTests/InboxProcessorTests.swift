@@ -1,8 +1,9 @@
 import Foundation
-import RallyCore
 import RallyCrypto
 import RallyWire
 import Testing
+
+@testable import RallyCore
 
 @Suite("InboxProcessor")
 struct InboxProcessorTests {
@@ -127,10 +128,10 @@ struct InboxProcessorTests {
         let body = Fixtures.body(from: alice, to: bob, content: try TextCodec().encode("stored"))
         let envelope = Fixtures.envelope(try sealed(body, signedBy: alice, to: bob), topic: topic.rawValue, seq: 3)
         let message = try InboxProcessor(identity: bob).process(envelope, receivedAt: receivedAt).get()
-        #expect(try store.ingest(topic: topic, seq: envelope.seq, message: message))
+        #expect(try store.ingest(topic: topic, seq: envelope.seq, message: message, now: Fixtures.created))
         // The relay redelivering the same envelope stores nothing new.
         let again = try InboxProcessor(identity: bob).process(envelope, receivedAt: receivedAt).get()
-        #expect(try store.ingest(topic: topic, seq: envelope.seq, message: again) == false)
+        #expect(try store.ingest(topic: topic, seq: envelope.seq, message: again, now: Fixtures.created) == false)
         #expect(try store.messages(conversation: alice.inboxID.rawValue) == [message])
         #expect(try store.cursor(for: topic) == 3)
     }

@@ -506,7 +506,7 @@ extension GroupRejectionCase {
                 requestID: InviteGroupWorld.id(2))
             return on(banned, w.commit(action, by: w.admin, on: banned), by: w.admin, .joinRequestAlreadyAdmitted)
         },
-        .init("admit order: a ban before a used-up invite") { g in
+        .init("admit order: a used-up invite before a ban (the seed's order)") { g in
             let w = try InviteGroupWorld(g)
             let once = try w.applying(
                 InviteGroupWorld.admit(
@@ -516,7 +516,7 @@ extension GroupRejectionCase {
             let action = InviteGroupWorld.admit(
                 w.member.publicIdentity, inviteID: InviteGroupWorld.id(1), tag: w.tag, maxUses: 1,
                 requestID: InviteGroupWorld.id(3))
-            return on(banned, w.commit(action, by: w.admin, on: banned), by: w.admin, .banned(w.member.inboxID))
+            return on(banned, w.commit(action, by: w.admin, on: banned), by: w.admin, .inviteUsedUp)
         },
     ]
 }

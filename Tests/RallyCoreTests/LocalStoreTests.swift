@@ -1,8 +1,9 @@
 import Foundation
-import RallyCore
 import RallyCrypto
 import RallyWire
 import Testing
+
+@testable import RallyCore
 
 @Suite("LocalStore")
 struct LocalStoreTests {
@@ -68,11 +69,11 @@ struct LocalStoreTests {
         let store = try temp.openStore()
         let steps: [(ingested: UInt64, expected: UInt64)] = [(5, 5), (3, 5), (5, 5), (9, 9), (0, 9), (10, 10)]
         for step in steps {
-            try store.ingest(topic: topic, seq: step.ingested, message: nil)
+            try store.ingest(topic: topic, seq: step.ingested, message: nil, now: Fixtures.created)
             #expect(try store.cursor(for: topic) == step.expected, "after ingesting \(step.ingested)")
         }
         #expect(try store.cursor(for: otherTopic) == 0)
-        try store.ingest(topic: otherTopic, seq: 2, message: nil)
+        try store.ingest(topic: otherTopic, seq: 2, message: nil, now: Fixtures.created)
         #expect(try store.cursor(for: otherTopic) == 2)
         #expect(try store.cursor(for: topic) == 10)
         #expect(try temp.openStore().cursor(for: topic) == 10)
@@ -82,7 +83,7 @@ struct LocalStoreTests {
         let temp = TemporaryHome()
         defer { temp.remove() }
         let store = try temp.openStore()
-        try store.ingest(topic: topic, seq: UInt64(Int64.max), message: nil)
+        try store.ingest(topic: topic, seq: UInt64(Int64.max), message: nil, now: Fixtures.created)
         #expect(try store.cursor(for: topic) == UInt64(Int64.max))
     }
 
@@ -97,7 +98,7 @@ struct LocalStoreTests {
             let store = try LocalStore(home: home)
             let topic = try TopicName(validating: "inbox/abc")
             do {
-                try store.ingest(topic: topic, seq: UInt64(Int64.max) + 1, message: nil)
+                try store.ingest(topic: topic, seq: UInt64(Int64.max) + 1, message: nil, now: Fixtures.created)
             } catch {
                 // A typed refusal is fine; only a crash is not.
             }
@@ -111,9 +112,9 @@ struct LocalStoreTests {
         defer { temp.remove() }
         let store = try temp.openStore()
         let message = Fixtures.message(text: "first copy", seq: 1)
-        #expect(try store.ingest(topic: topic, seq: 1, message: message))
+        #expect(try store.ingest(topic: topic, seq: 1, message: message, now: Fixtures.created))
         let copy = Fixtures.message(id: message.id, text: "second copy", seq: 2)
-        #expect(try store.ingest(topic: topic, seq: 2, message: copy) == false)
+        #expect(try store.ingest(topic: topic, seq: 2, message: copy, now: Fixtures.created) == false)
         #expect(try store.saveOutgoing(copy) == false)
         #expect(try store.messageCount() == 1)
         #expect(try store.messages() == [message])
@@ -135,7 +136,7 @@ struct LocalStoreTests {
         do {
             let store = try temp.openStore()
             for (index, message) in sent.enumerated() {
-                #expect(try store.ingest(topic: topic, seq: UInt64(index + 1), message: message))
+                #expect(try store.ingest(topic: topic, seq: UInt64(index + 1), message: message, now: Fixtures.created))
             }
             #expect(try store.saveOutgoing(outgoing))
         }
@@ -153,7 +154,7 @@ struct LocalStoreTests {
         let b1 = Fixtures.message(conversation: "b", text: "b1")
         let a2 = Fixtures.message(conversation: "a", text: "a2")
         for (index, message) in [a1, b1, a2].enumerated() {
-            try store.ingest(topic: topic, seq: UInt64(index + 1), message: message)
+            try store.ingest(topic: topic, seq: UInt64(index + 1), message: message, now: Fixtures.created)
         }
         #expect(try store.messages(conversation: "a") == [a1, a2])
         #expect(try store.messages(conversation: "b") == [b1])
@@ -248,7 +249,7 @@ struct LocalStoreTests {
         defer { temp.remove() }
         let (owner, record) = try createdGroup()
         let key = EpochKeys.newKey()
-        try temp.openStore().saveNewGroup(record, epochKey: (1, key), cursor: 0)
+        try temp.openStore().saveNewGroup(record, epochKey: (1, key), cursor: 0, now: Fixtures.created)
         #expect(try temp.openStore().group(GroupTest.groupID) == record)
 
         var next = record
@@ -282,7 +283,7 @@ struct LocalStoreTests {
         defer { temp.remove() }
         let (_, record) = try createdGroup()
         let store = try temp.openStore()
-        try store.saveNewGroup(record, epochKey: nil, cursor: 0)
+        try store.saveNewGroup(record, epochKey: nil, cursor: 0, now: Fixtures.created)
         let applied = MessageSealing.newMessageID()
         let rejected = MessageSealing.newMessageID()
         try store.ingestGroupEntry(record, seq: 1, epochKey: nil, message: nil, ownCommit: (applied, nil))

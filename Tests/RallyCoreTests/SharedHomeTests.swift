@@ -24,7 +24,7 @@ struct SharedHomeTests {
             let store = stores[index]
             for message in messages {
                 do {
-                    try store.ingest(topic: topic, seq: message.seq!, message: message)
+                    try store.ingest(topic: topic, seq: message.seq!, message: message, now: Fixtures.created)
                 } catch {
                     failures.add("\(error)")
                 }
@@ -48,7 +48,7 @@ struct SharedHomeTests {
             do {
                 for step in 1...60 {
                     let own = try TopicName(validating: "group/writer\(index)")
-                    try store.ingest(topic: own, seq: UInt64(step), message: nil)
+                    try store.ingest(topic: own, seq: UInt64(step), message: nil, now: Fixtures.created)
                     try store.saveOutgoing(Fixtures.message(conversation: "c\(index)", seq: nil))
                     try store.secrets.setSecret(Data([UInt8(step)]), named: .topicAccess("writer\(index)"))
                     _ = try store.messages(conversation: "c\(index)")
@@ -67,8 +67,8 @@ struct SharedHomeTests {
         defer { temp.remove() }
         let first = try temp.openStore()
         let second = try temp.openStore()
-        try first.ingest(topic: topic, seq: 10, message: nil)
-        try second.ingest(topic: topic, seq: 5, message: Fixtures.message(text: "late", seq: 5))
+        try first.ingest(topic: topic, seq: 10, message: nil, now: Fixtures.created)
+        try second.ingest(topic: topic, seq: 5, message: Fixtures.message(text: "late", seq: 5), now: Fixtures.created)
         #expect(try first.cursor(for: topic) == 10)
         #expect(try second.cursor(for: topic) == 10)
         // An envelope another store already passed is not stored again.
@@ -85,7 +85,7 @@ struct SharedHomeTests {
         var record = GroupRecord(
             groupID: groupID, topicID: String(repeating: "5a", count: 32), state: GroupState(groupID: groupID),
             status: .creating)
-        try first.saveNewGroup(record, epochKey: nil, cursor: 0)
+        try first.saveNewGroup(record, epochKey: nil, cursor: 0, now: Fixtures.created)
         record.status = .active
         #expect(try first.ingestGroupEntry(record, seq: 4, epochKey: nil, message: nil) == false)
         #expect(try first.group(groupID)?.status == .active)
@@ -110,10 +110,10 @@ struct SharedHomeTests {
             id: "01", conversation: state.groupID, outgoing: false, sender: owner.inboxID, senderName: "Alice",
             sentAt: Date(), receivedAt: Date(), topic: "group/x", seq: 2, contentType: "xmtp.org/text:1.0",
             encodedContent: Data(), displayText: "hi", isKnownType: true)
-        #expect(LocalStore.namedByMemberRecord(claimed, in: state).senderName == "Bob")
+        #expect(claimed.namedByMemberRecord(in: state).senderName == "Bob")
         let stranger = claimed.withSenderName("Mallory")
         #expect(
-            LocalStore.namedByMemberRecord(stranger, in: GroupState(groupID: state.groupID)).senderName == "Mallory")
+            stranger.namedByMemberRecord(in: GroupState(groupID: state.groupID)).senderName == "Mallory")
     }
 }
 

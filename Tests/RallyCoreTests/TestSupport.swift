@@ -1,7 +1,8 @@
 import Foundation
-import RallyCore
 import RallyCrypto
 import RallyWire
+
+@testable import RallyCore
 
 /// A store home in a fresh temporary directory; `remove()` deletes it.
 struct TemporaryHome {

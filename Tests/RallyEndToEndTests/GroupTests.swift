@@ -2,6 +2,7 @@ import Crypto
 import Foundation
 import RallyCrypto
 import RallyTestSupport
+import RallyTesting
 import RallyWire
 import Testing
 
@@ -16,9 +17,10 @@ struct GroupWorld {
         GroupWorld(relay: try await TestRelay.start(), homes: TemporaryDirectory("rally-groups"))
     }
 
-    func user(_ name: String) async throws -> RallyClient {
+    func user(_ name: String, transport: (any RelayTransport)? = nil) async throws -> RallyClient {
         try await RallyClient.create(
-            home: homes.path(name), relayURL: relay.url, displayName: name, logger: TestLogger.quiet)
+            home: homes.path(name), relayURL: relay.url, displayName: name, logger: TestLogger.quiet,
+            transport: transport)
     }
 
     func stop(_ clients: [RallyClient]) async {
@@ -131,8 +133,8 @@ struct GroupTests {
         let carolCommit = try await removal(by: carol, of: bob.inboxID, state: carolState)
         let bobRecord = try await bob.group(groupID)
         let carolRecord = try await carol.group(groupID)
-        let bobEntry = try await bob.sealedEntry(bobCommit, record: bobRecord)
-        let carolEntry = try await carol.sealedEntry(carolCommit, record: carolRecord)
+        let bobEntry = try bob.committer.sealedEntry(bobCommit, record: bobRecord)
+        let carolEntry = try carol.committer.sealedEntry(carolCommit, record: carolRecord)
         let raw = try await RelayConnection.connect(to: world.relay.url, identity: nil, logger: TestLogger.quiet)
         func publish(
             _ sealed: (entry: WireGroupLogEntry, rotateAccessKey: Data?), _ commit: WireGroupCommit,
@@ -191,22 +193,31 @@ struct GroupTests {
     func staleCommitIsRebuilt() async throws {
         let world = try await GroupWorld.start()
         let alice = try await world.user("alice")
-        let bob = try await world.user("bob")
         let carol = try await world.user("carol")
         let dave = try await world.user("dave")
+        // Bob's commits pass a transport that lets the test act between
+        // his building a commit and the relay receiving it.
+        let attempts = AttemptLog()
+        let race = RaceTrigger()
+        let bob = try await world.user(
+            "bob",
+            transport: InterceptingTransport(base: WebSocketTransport(relayURL: world.relay.url)) { publish in
+                guard publish.control else { return }
+                await attempts.record(publish.expectedControlSeq)
+                await race.fire()
+            })
         let groupID = try await alice.createGroup(name: "Race").groupID
         _ = try await alice.addMember(bob.inboxID, role: .admin, to: groupID)
         try await catchUp(bob, groupID)
 
-        // Bob builds his add on epoch e; before he publishes, Alice's add
-        // lands at epoch e. Bob's first commit is stale for everyone.
-        let attempts = AttemptLog()
-        await bob.setCommitRaceHook { attempt in
-            await attempts.record(attempt)
-            if attempt == 1 { _ = try? await alice.addMember(carol.inboxID, to: groupID) }
-        }
+        // Bob builds his add on the head; before he publishes, Alice's add
+        // lands there. The relay refuses Bob's first commit (CONFLICT) and
+        // he rebuilds it on the new head.
+        await race.arm { _ = try? await alice.addMember(carol.inboxID, to: groupID) }
         _ = try await bob.addMember(dave.inboxID, to: groupID)
-        #expect(await attempts.values == [1, 2])
+        let seen = await attempts.values
+        #expect(seen.count == 2)
+        #expect(seen.count == 2 && seen[1] > seen[0])
 
         for client in [alice, bob] { try await catchUp(client, groupID) }
         let expected = ["alice:owner", "bob:admin", "carol:member", "dave:member"].sorted()
@@ -255,15 +266,26 @@ struct GroupTests {
     }
 
     func removal(by client: RallyClient, of target: InboxID, state: GroupState) async throws -> WireGroupCommit {
-        var commit = client.newCommit(on: state)
+        var commit = client.committer.newCommit(on: state)
         commit.removeMember.inboxID = target.rawValue
-        try await client.attachFreshKey(
+        try client.committer.attachFreshKey(
             to: &commit, for: state.members.values.filter { $0.inboxID != target }, state: state)
         return commit
     }
 }
 
 actor AttemptLog {
-    var values: [Int] = []
-    func record(_ attempt: Int) { values.append(attempt) }
+    var values: [UInt64] = []
+    func record(_ value: UInt64) { values.append(value) }
+}
+
+/// Runs an action once, at the next publish after it is armed.
+actor RaceTrigger {
+    private var action: (@Sendable () async -> Void)?
+    func arm(_ action: @escaping @Sendable () async -> Void) { self.action = action }
+    func fire() async {
+        guard let action else { return }
+        self.action = nil
+        await action()
+    }
 }

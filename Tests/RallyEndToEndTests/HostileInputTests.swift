@@ -1,9 +1,10 @@
 import Foundation
-import RallyCore
 import RallyCrypto
 import RallyTestSupport
 import RallyWire
 import Testing
+
+@testable import RallyCore
 
 @Suite("Hostile input, end to end")
 struct HostileInputTests {

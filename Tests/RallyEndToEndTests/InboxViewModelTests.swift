@@ -1,9 +1,10 @@
 import Foundation
-import RallyCore
 import RallyCrypto
 import RallyTestSupport
 import RallyViewModels
 import Testing
+
+@testable import RallyCore
 
 @Suite("InboxViewModel against a real relay")
 @MainActor

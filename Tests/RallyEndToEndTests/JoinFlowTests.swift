@@ -161,16 +161,16 @@ struct JoinFlowTests {
         let second = try await requestJoin(bob, invite.appLink)
         #expect(second.requestID != first.requestID)
         // The old answer, delivered again (as a relay could), answers nothing now.
-        #expect(await bob.joinEvent(in: oldAnswer) == nil)
+        #expect(bob.joins.answer(in: oldAnswer) == nil)
         // The answer to the new request does.
         let renamed = StoredMessage(
-            id: RallyClient.joinErrorID(for: try #require(Data(hexString: second.requestID))).hexString,
+            id: InviteJoinError.messageID(forRequest: try #require(Data(hexString: second.requestID))).hexString,
             conversation: oldAnswer.conversation, outgoing: false, sender: oldAnswer.sender,
             senderName: oldAnswer.senderName, sentAt: oldAnswer.sentAt, receivedAt: oldAnswer.receivedAt,
             topic: oldAnswer.topic, seq: oldAnswer.seq, contentType: oldAnswer.contentType,
             encodedContent: oldAnswer.encodedContent, displayText: oldAnswer.displayText,
             isKnownType: oldAnswer.isKnownType)
-        #expect(await bob.joinEvent(in: renamed) != nil)
+        #expect(bob.joins.answer(in: renamed) != nil)
         await w.world.stop([w.owner, bob])
     }
 
@@ -481,7 +481,7 @@ private func replay(from client: RallyClient, to inviteInbox: PublicIdentity) as
     body.messageID = request.requestID
     body.sender = client.identity.publicIdentity.wireBundle
     body.recipient = inviteInbox.inboxID.rawValue
-    body.sentAtMs = LocalStore.millis(Date())
+    body.sentAtMs = ClientClock.millis(Date())
     body.content = try JoinRequestCodec().encode(request)
     let sealed = try MessageSealing.seal(MessageSealing.sign(body, by: client.identity), to: inviteInbox)
     let connection = try await client.connected()
@@ -492,15 +492,6 @@ private func replay(from client: RallyClient, to inviteInbox: PublicIdentity) as
 
 @Suite("Watching admins answer by themselves", .timeLimit(.minutes(1)))
 struct WatchTests {
-    @Test("A failed follower restarts after 0.5 s, doubling up to 30 s")
-    func restartDelays() {
-        #expect(
-            (1...9).map { RallyClient.watchRestartDelay(after: $0) } == [
-                .milliseconds(500), .seconds(1), .seconds(2), .seconds(4), .seconds(8), .seconds(16), .seconds(30),
-                .seconds(30), .seconds(30),
-            ])
-    }
-
     @Test("An admin's watch answers join requests as they arrive")
     func watchAnswers() async throws {
         let (w, invite) = try await InviteWorld.start()

@@ -154,10 +154,10 @@ struct UntrustedRelayTests {
         -> WireGroupWelcome
     {
         var state = GroupState(groupID: real.groupID)
-        var create = mallory.newCommit(on: state)
+        var create = mallory.committer.newCommit(on: state)
         create.create.profile.name = "Not the real one"
         _ = state.apply(try VerifiedGroupCommit.verify(VerifiedGroupCommit.sign(create, by: mallory.identity)))
-        var add = mallory.newCommit(on: state)
+        var add = mallory.committer.newCommit(on: state)
         add.addMember.member = target.identity.publicIdentity.wireBundle
         add.addMember.role = GroupRole.member.wire
         _ = state.apply(try VerifiedGroupCommit.verify(VerifiedGroupCommit.sign(add, by: mallory.identity)))
@@ -237,10 +237,11 @@ struct UntrustedRelayTests {
         let falseError = InviteJoinError(
             errorType: .conversationExpired, inviteTag: after.invite.payload.inviteTag.hexString, timestamp: Date(),
             reason: "the group was exploded")
-        let oldInviteClient = await bob.inviteClient(groupID, keys: oldKeys)
-        _ = try await oldInviteClient.send(
+        let oldInviteContext = await bob.inviterDesk.inviteContext(oldKeys)
+        _ = try await DirectMessageService(context: oldInviteContext).send(
             falseError, codec: InviteJoinErrorCodec(), to: dave.inboxID,
-            messageID: RallyClient.joinErrorID(for: try #require(Data(hexString: attempt.requestID))), keepCopy: false)
+            messageID: InviteJoinError.messageID(forRequest: try #require(Data(hexString: attempt.requestID))),
+            keepCopy: false)
         #expect(try await joinState(dave, attempt).phase == .joining)
 
         // Alice answers: Dave is in.

@@ -1,10 +1,11 @@
 import Foundation
 import RallyCLI
-import RallyCore
 import RallyCrypto
 import RallyTestSupport
 import RallyWire
 import Testing
+
+@testable import RallyCore
 
 /// What other people write reaches the terminal escaped, under the names
 /// the group signed.
@@ -73,8 +74,8 @@ struct UntrustedTextTests {
             MessageSealing.sign(body, by: impostor), key: key, groupID: group.groupID, epoch: record.state.epoch)
         let connection = try await bob.connected()
         _ = try await connection.publish(
-            topic: record.topic, payload: FrameCodec.encode(entry), idempotencyKey: body.messageID,
-            access: record.topicAccess)
+            topic: record.topic, payload: FrameCodec.encode(entry), idempotencyKey: body.messageID, shouldPush: false,
+            expiresAt: nil, access: record.topicAccess, control: false, expectedControlSeq: 0, rotateAccessKey: nil)
         await bob.disconnect()
         await carol.disconnect()
 

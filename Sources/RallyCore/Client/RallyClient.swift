@@ -1,435 +1,421 @@
+import Crypto
 import Foundation
 import Logging
 import RallyCrypto
 import RallyWire
 
-/// The client SDK's entry point: one identity, its local store and its
-/// connection to a relay.
+/// The client SDK's entry point: one identity, its home (local database and
+/// secrets) and its relay. A thin facade: each capability — direct
+/// messages, groups, the inviter's desk, joins, watch — is a service of
+/// its own over one shared context, and these methods hand over to them.
+///
+/// ```swift
+/// let client = try await RallyClient.create(home: home, relayURL: relay, displayName: "Alice")
+/// let attempt = try await client.startJoin(inviteLink)
+/// let final = try await client.waitForJoin(requestID: attempt.requestID) { print($0.phase) }
+/// ```
 public actor RallyClient {
-    public enum InboxEvent: Sendable {
-        case message(StoredMessage)
-        case rejected(InboxRejection)
-        /// Everything sent before this point has been received.
-        case caughtUp
-    }
+    /// Kept for source compatibility: the inbox's events.
+    public typealias InboxEvent = RallyCore.InboxEvent
 
-    /// How often a publish is retried on a new connection after a transient
-    /// failure, with the same idempotency key.
-    public static let publishAttempts = 5
+    /// How often an idempotent request is retried on a new link after a
+    /// transient failure.
+    public static let publishAttempts = ClientContext.requestAttempts
+    /// How often a group commit is rebuilt after losing a race to another.
+    public static let commitAttempts = GroupCommitter.attempts
+    /// How often `watch` looks for groups and invite keys that another
+    /// process on the same home added.
+    public static let watchRescanInterval = WatchService.rescanInterval
 
     public nonisolated let identity: Identity
-    public nonisolated let store: LocalStore
-    public nonisolated let relayURL: URL
     public nonisolated let codecs: CodecRegistry
-    let logger: Logger
-    private var connection: RelayConnection?
-    /// Clients of the invite identities (current and retired) of groups
-    /// this identity administers, by their inbox id: they read the join
-    /// requests.
-    var inviteClients: [String: RallyClient] = [:]
-    /// Outcomes of this identity's own commits, by commit id, however they
-    /// were read (a live follower may read a commit before the sync that
-    /// published it does). Taken out when the publisher checks.
-    var ownCommitOutcomes: [Data: GroupOutcome] = [:]
-    /// Groups this client was admitted to after it cancelled the join.
-    var groupsToLeave: Set<String> = []
-    /// Test seam: runs between building a commit and publishing it, so a
-    /// test can make another member's commit win the race deterministically.
-    var commitRaceHook: (@Sendable (Int) async -> Void)?
+    nonisolated let context: ClientContext
+    nonisolated let directMessages: DirectMessageService
+    nonisolated let inbox: InboxService
+    nonisolated let groupLog: GroupLog
+    nonisolated let committer: GroupCommitter
+    nonisolated let groupService: GroupService
+    nonisolated let inviterDesk: InviterDesk
+    nonisolated let joins: JoinService
+    nonisolated let watcher: WatchService
 
-    func setCommitRaceHook(_ hook: (@Sendable (Int) async -> Void)?) {
-        commitRaceHook = hook
-    }
-
+    /// The home's database. Internal: apps and the CLI go through the
+    /// services.
+    nonisolated var store: LocalStore { context.store }
+    /// The relay this client talks to.
+    public nonisolated var relayURL: URL { context.relayURL }
     public nonisolated var inboxID: InboxID { identity.inboxID }
-    public nonisolated var inboxTopic: TopicName {
-        // An inbox id is 32 base32 characters, always a valid topic id.
-        try! TopicName.inbox(identity.inboxID.rawValue)
+    public nonisolated var inboxTopic: TopicName { context.inboxTopic }
+
+    init(context: ClientContext) {
+        self.context = context
+        self.identity = context.identity
+        self.codecs = context.codecs
+        let messages = DirectMessageService(context: context)
+        let log = GroupLog(context: context, ownOutcomes: OwnCommitOutcomes())
+        let committer = GroupCommitter(context: context, log: log)
+        let welcomes = GroupWelcomes(context: context, log: log, messages: messages)
+        let groups = GroupService(
+            context: context, log: log, committer: committer, welcomes: welcomes, keys: messages.keys)
+        let desk = InviterDesk(
+            context: context, log: log, committer: committer, welcomes: welcomes, identities: InviteIdentities())
+        let joins = JoinService(context: context, messages: messages)
+        let inbox = InboxService(
+            context: context, welcomes: welcomes, joins: joins, groups: groups, leaves: CancelledJoinLeaves())
+        self.directMessages = messages
+        self.inbox = inbox
+        self.groupLog = log
+        self.committer = committer
+        self.groupService = groups
+        self.inviterDesk = desk
+        self.joins = joins
+        self.watcher = WatchService(context: context, inbox: inbox, log: log, desk: desk)
     }
 
-    init(identity: Identity, store: LocalStore, relayURL: URL, codecs: CodecRegistry, logger: Logger) {
-        self.identity = identity
-        self.store = store
-        self.relayURL = relayURL
-        self.codecs = codecs
-        self.logger = logger
-    }
+    // MARK: Identity
 
     /// Creates a new identity in `home`, stores it and publishes its key
-    /// bundle on the relay. Secret keys go to `secrets` (say, the Keychain;
-    /// see ``SecretStore``), or without one to the home's owner-only
-    /// database.
+    /// bundle on the relay.
+    /// - Parameters:
+    ///   - home: The directory that holds this identity's database (created
+    ///     owner-only if missing). One identity per home.
+    ///   - relayURL: The relay's base URL, e.g. `http://127.0.0.1:8080`.
+    ///   - displayName: The name others see in this identity's key bundle.
+    ///   - codecs: The content types this client understands.
+    ///   - logger: Where the SDK logs.
+    ///   - secrets: Where secret keys go (say, the Keychain; see
+    ///     ``SecretStore``); nil keeps them in the home's owner-only database.
+    ///   - transport: How to reach the relay; nil is a ``WebSocketTransport``
+    ///     to `relayURL`.
+    ///   - clock: The wall clock and pauses (injected in tests).
+    /// - Throws: ``RallyClientError/store(_:)`` when the home cannot be
+    ///   opened or already holds an identity; ``RallyClientError/relay(_:)``
+    ///   when the key bundle cannot be published.
     public static func create(
         home: URL, relayURL: URL, displayName: String, codecs: CodecRegistry = .standard,
-        logger: Logger = Logger(label: "rally.client"), secrets: (any SecretStore)? = nil
+        logger: Logger = Logger(label: "rally.client"), secrets: (any SecretStore)? = nil,
+        transport: (any RelayTransport)? = nil, clock: ClientClock = .system
     ) async throws(RallyClientError) -> RallyClient {
-        let store: LocalStore
-        do {
-            store = try LocalStore(home: home, secrets: secrets)
-            if try store.loadIdentity() != nil { throw LocalStoreError.identityExists(home.path) }
-        } catch let error as LocalStoreError {
-            throw .store(error)
-        } catch {
-            throw .store(.failed("\(error)"))
-        }
+        let store = try openStore(home: home, secrets: secrets)
+        let existing = try ClientContext.stored { () throws(LocalStoreError) in try store.loadIdentity() }
+        if existing != nil { throw .store(.identityExists(home.path)) }
         let identity = Identity(displayName: displayName)
-        let client = RallyClient(identity: identity, store: store, relayURL: relayURL, codecs: codecs, logger: logger)
+        let client = RallyClient(
+            context: ClientContext(
+                identity: identity, store: store, transport: transport ?? WebSocketTransport(relayURL: relayURL),
+                clock: clock, backoff: .standard, codecs: codecs, logger: logger))
         try await client.publishKeyBundle()
-        do {
-            try store.saveIdentity(identity)
-        } catch {
-            throw .store(error)
-        }
+        try client.context.stored { () throws(LocalStoreError) in try store.saveIdentity(identity) }
         return client
     }
 
-    /// Opens the identity stored in `home`, with the secret store it was
-    /// created with (nil: the home's owner-only database).
+    /// Opens the identity stored in `home`.
+    /// - Parameters:
+    ///   - home: The directory ``create(home:relayURL:displayName:codecs:logger:secrets:transport:clock:)``
+    ///     made.
+    ///   - secrets: The secret store the identity was created with (nil:
+    ///     the home's owner-only database).
+    ///   - transport: How to reach the relay; nil is a ``WebSocketTransport``.
+    ///   - clock: The wall clock and pauses.
+    /// - Throws: ``RallyClientError/noIdentity(home:)`` when the home holds
+    ///   none; ``RallyClientError/store(_:)`` when it cannot be read.
     public static func open(
         home: URL, relayURL: URL, codecs: CodecRegistry = .standard, logger: Logger = Logger(label: "rally.client"),
-        secrets: (any SecretStore)? = nil
+        secrets: (any SecretStore)? = nil, transport: (any RelayTransport)? = nil, clock: ClientClock = .system
     ) throws(RallyClientError) -> RallyClient {
+        let store = try openStore(home: home, secrets: secrets)
+        let identity = try ClientContext.stored { () throws(LocalStoreError) in try store.loadIdentity() }
+        guard let identity else { throw .noIdentity(home: home.path) }
+        return RallyClient(
+            context: ClientContext(
+                identity: identity, store: store, transport: transport ?? WebSocketTransport(relayURL: relayURL),
+                clock: clock, backoff: .standard, codecs: codecs, logger: logger))
+    }
+
+    private static func openStore(home: URL, secrets: (any SecretStore)?) throws(RallyClientError) -> LocalStore {
         do {
-            let store = try LocalStore(home: home, secrets: secrets)
-            guard let identity = try store.loadIdentity() else { throw RallyClientError.noIdentity(home: home.path) }
-            return RallyClient(identity: identity, store: store, relayURL: relayURL, codecs: codecs, logger: logger)
-        } catch let error as RallyClientError {
-            throw error
-        } catch let error as LocalStoreError {
-            throw .store(error)
+            return try LocalStore(home: home, secrets: secrets)
         } catch {
-            throw .store(.failed("\(error)"))
+            throw .store(error)
         }
     }
 
     // MARK: Connection
 
-    /// The open connection, or a new authenticated one.
-    public func connected() async throws(RallyClientError) -> RelayConnection {
-        if let connection, await connection.isOpen { return connection }
+    /// The shared link to the relay, opened if needed.
+    func connected() async throws(RallyClientError) -> any RelayLink {
         do {
-            let fresh = try await RelayConnection.connect(to: relayURL, identity: identity, logger: logger)
-            connection = fresh
-            return fresh
+            return try await context.links.connected()
         } catch {
             throw .relay(error)
         }
     }
 
+    /// Closes the shared link to the relay (the next request opens a new
+    /// one).
     public func disconnect() async {
-        await connection?.close()
-        connection = nil
-    }
-
-    /// Runs `operation` on a connection, reconnecting and retrying on
-    /// transient failures. Only for idempotent operations.
-    func withRetries<T: Sendable>(
-        _ what: String, _ operation: (RelayConnection) async throws(RelayClientError) -> T
-    ) async throws(RallyClientError) -> T {
-        var lastError = RelayClientError.disconnected("no attempt made")
-        for attempt in 1...Self.publishAttempts {
-            let connection: RelayConnection
-            do {
-                connection = try await connected()
-            } catch .relay(let error) where error.isTransient {
-                lastError = error
-                await backoff(attempt, what: what, error: error)
-                continue
-            }
-            do {
-                return try await operation(connection)
-            } catch {
-                guard error.isTransient else { throw .relay(error) }
-                lastError = error
-                if case .refused = error {} else { await disconnect() }
-                await backoff(attempt, what: what, error: error)
-            }
-        }
-        throw .relay(lastError)
-    }
-
-    func backoff(_ attempt: Int, what: String, error: RelayClientError) async {
-        logger.info("retrying \(what) after: \(error)")
-        guard attempt < Self.publishAttempts else { return }
-        let base = 0.1 * Double(1 << min(attempt, 6))
-        try? await Task.sleep(for: .seconds(base * Double.random(in: 0.5...1.5)))
+        await context.links.disconnect()
     }
 
     // MARK: Keys
 
+    /// Publishes this identity's signed key bundle on the relay.
+    /// - Throws: ``RallyClientError/relay(_:)`` after the retries.
     public func publishKeyBundle() async throws(RallyClientError) {
-        let bundle = identity.signedKeyBundle()
-        try await withRetries("key bundle") { connection throws(RelayClientError) in
-            try await connection.putKeyBundle(bundle)
-        }
+        try await directMessages.keys.publishOwnBundle()
     }
 
     /// The verified public identity of an inbox: from the local cache, or
     /// fetched from the relay and checked (signature, and that its keys
-    /// really hash to the requested inbox id).
+    /// really hash to the inbox id).
+    /// - Throws: ``RallyClientError/unknownRecipient(_:)`` when the relay
+    ///   has no bundle; ``RallyClientError/recipientKeysInvalid(_:reason:)``
+    ///   when the bundle fails the checks.
     public func lookUp(_ inbox: InboxID) async throws(RallyClientError) -> PublicIdentity {
-        if inbox == identity.inboxID { return identity.publicIdentity }
-        do {
-            if let known = try store.contact(inbox) { return known }
-        } catch {
-            throw .store(error)
-        }
-        let signed = try await withRetries("key lookup") { connection throws(RelayClientError) in
-            try await connection.keyBundle(for: inbox)
-        }
-        guard let signed else { throw .unknownRecipient(inbox) }
-        let verified: PublicIdentity
-        do {
-            verified = try PublicIdentity(verifying: signed)
-        } catch {
-            throw .recipientKeysInvalid(inbox, reason: error.description)
-        }
-        guard verified.inboxID == inbox else {
-            throw .recipientKeysInvalid(inbox, reason: "the keys belong to \(verified.inboxID)")
-        }
-        do {
-            try store.saveContact(verified)
-        } catch {
-            throw .store(error)
-        }
-        return verified
+        try await directMessages.keys.lookUp(inbox)
     }
 
     // MARK: Direct messages
 
+    /// Sends a text message to an inbox.
+    /// - Returns: The message as stored here.
+    /// - Throws: ``RallyClientError`` (unknown recipient, relay failure).
     public func sendText(_ text: String, to recipient: InboxID) async throws(RallyClientError) -> StoredMessage {
-        try await send(text, codec: TextCodec(), to: recipient)
+        try await directMessages.send(text, codec: TextCodec(), to: recipient, messageID: nil, keepCopy: true)
     }
 
-    /// Signs, seals and posts a message to the recipient's inbox. Retried
-    /// publishes reuse the message id as idempotency key, so the recipient
-    /// gets it once whatever happens to the acks.
+    /// Signs, seals and posts a message of any content type to the
+    /// recipient's inbox. Retried publishes reuse the message id, so the
+    /// recipient gets it once.
+    /// - Parameters:
+    ///   - messageID: A 16-byte id to use (nil: a random one).
+    ///   - keepCopy: Whether to store the sent message here.
+    /// - Throws: ``RallyClientError/content(_:)`` when the value does not
+    ///   encode, ``RallyClientError/messageTooLarge(size:limit:)``, or a
+    ///   relay or store failure.
     public func send<C: ContentCodec>(
         _ value: C.Value, codec: C, to recipient: InboxID, messageID: Data? = nil, keepCopy: Bool = true
-    ) async throws(RallyClientError)
-        -> StoredMessage
-    {
-        let recipientIdentity = try await lookUp(recipient)
-        let content: WireEncodedContent
-        do {
-            let plain = try codecs.encode(value, with: codec)
-            content = ContentCompression.compressedIfUseful(plain)
-        } catch {
-            throw .content(error)
-        }
-        let now = Date()
-        var body = WireMessageBody()
-        body.messageID = messageID ?? MessageSealing.newMessageID()
-        body.sender = identity.publicIdentity.wireBundle
-        body.recipient = recipient.rawValue
-        body.sentAtMs = LocalStore.millis(now)
-        body.content = content
-        let sealed: Data
-        do {
-            sealed = try MessageSealing.seal(MessageSealing.sign(body, by: identity), to: recipientIdentity)
-        } catch {
-            throw .recipientKeysInvalid(recipient, reason: error.description)
-        }
-        guard sealed.count <= WireLimits.maxPayloadBytes else {
-            throw .messageTooLarge(size: sealed.count, limit: WireLimits.maxPayloadBytes)
-        }
-        let topic = try! TopicName.inbox(recipient.rawValue)
-        let messageID = body.messageID
-        let ack = try await withRetries("publish") { connection throws(RelayClientError) in
-            try await connection.publish(
-                topic: topic, payload: sealed, idempotencyKey: messageID, shouldPush: content.shouldPush)
-        }
-        let decoded = codecs.decode(content)
-        let stored = StoredMessage(
-            id: messageID.hexString, conversation: recipient.rawValue, outgoing: true, sender: identity.inboxID,
-            senderName: identity.displayName, sentAt: now, receivedAt: now, topic: topic.rawValue, seq: ack.seq,
-            contentType: decoded.contentType.description, encodedContent: FrameCodec.encode(content),
-            displayText: decoded.displayText, isKnownType: decoded.isKnown)
-        guard keepCopy else { return stored }
-        do {
-            try store.saveOutgoing(stored)
-        } catch {
-            throw .store(error)
-        }
-        return stored
+    ) async throws(RallyClientError) -> StoredMessage {
+        try await directMessages.send(value, codec: codec, to: recipient, messageID: messageID, keepCopy: keepCopy)
     }
 
-    // MARK: Inbox sync
+    /// Direct messages stored here, sent and received, oldest first (group
+    /// messages are not among them).
+    /// - Throws: ``RallyClientError/store(_:)``.
+    public func directMessageHistory() throws(RallyClientError) -> [StoredMessage] {
+        try directMessages.directMessages()
+    }
 
-    /// Fetches everything that arrived in the inbox since the stored cursor,
-    /// stores it and returns what was new.
+    /// Fetches everything that arrived in the inbox since the stored
+    /// cursor, stores it and returns what was new.
+    /// - Throws: a relay or store failure; nothing is skipped, the next
+    ///   sync reads on from where this one stopped.
     public func syncInbox() async throws(RallyClientError) -> InboxSyncReport {
-        let collector = InboxSyncCollector()
-        try await followInbox(untilCaughtUp: true) { event in
-            await collector.add(event)
-        }
-        return await collector.report
+        try await inbox.sync()
     }
 
     /// Streams the inbox from the stored cursor: backlog, then live. Every
-    /// event is persisted (message and cursor together) before `handler`
-    /// sees it. With `untilCaughtUp`, returns once the backlog is done;
-    /// otherwise runs until the task is cancelled, reconnecting after drops.
+    /// event is persisted before `handler` sees it.
+    /// - Parameter untilCaughtUp: Return after the backlog; otherwise run
+    ///   until the task is cancelled, reconnecting after drops.
     public func followInbox(
         untilCaughtUp: Bool, handler: @Sendable (InboxEvent) async -> Void
     ) async throws(RallyClientError) {
-        let processor = InboxProcessor(identity: identity, codecs: codecs)
-        let topic = inboxTopic
-        try await followTopic(topic, untilCaughtUp: untilCaughtUp) { envelope throws(RallyClientError) in
-            try await self.ingest(envelope, topic: topic, processor: processor, handler: handler)
-        } caughtUp: {
-            await handler(.caughtUp)
-        }
+        try await inbox.follow(untilCaughtUp: untilCaughtUp, handler: handler)
     }
 
-    /// Subscribes to a topic from its stored cursor and hands each envelope
-    /// to `process` in seq order. With `untilCaughtUp`, returns once the
-    /// backlog is processed; otherwise follows live until cancelled,
-    /// reconnecting (and resubscribing from the cursor) after drops.
-    func followTopic(
-        _ topic: TopicName, untilCaughtUp: Bool,
-        access: () throws(RallyClientError) -> TopicAccess? = { nil },
-        process: @Sendable (WireEnvelope) async throws(RallyClientError) -> Void,
-        caughtUp: @Sendable () async -> Void = {}
+    // MARK: Groups
+
+    /// The groups this device knows, oldest first.
+    public func groups() throws(RallyClientError) -> [GroupRecord] {
+        try groupLog.groups()
+    }
+
+    /// Resolves a group by id, id prefix or name.
+    /// - Throws: ``GroupClientError/unknownGroup(_:)`` or
+    ///   ``GroupClientError/ambiguousGroup(_:matches:)`` (as `.group`).
+    public func group(_ reference: String) throws(RallyClientError) -> GroupRecord {
+        try groupLog.group(reference)
+    }
+
+    /// Creates a group with this identity as its owner.
+    /// - Throws: a relay or store failure.
+    public func createGroup(name: String, description: String = "") async throws(RallyClientError) -> GroupRecord {
+        try await groupService.create(name: name, description: description)
+    }
+
+    /// Adds a member (an admin's commit) and sends them their welcome.
+    /// - Throws: `.group(.commitRejected)` when the rules refuse it (not an
+    ///   admin, already a member, …), `.group(.gaveUp)` after losing
+    ///   ``commitAttempts`` races.
+    public func addMember(
+        _ inbox: InboxID, role: GroupRole = .member, to reference: String
+    ) async throws(RallyClientError) -> GroupRecord {
+        try await groupService.addMember(inbox, role: role, to: reference)
+    }
+
+    /// Removes a member and replaces the group key; with `ban`, their
+    /// later join requests are refused too.
+    public func removeMember(
+        _ inbox: InboxID, from reference: String, ban: Bool = false
+    ) async throws(RallyClientError) -> GroupRecord {
+        try await groupService.removeMember(inbox, from: reference, ban: ban)
+    }
+
+    /// Changes a member's role (actor ≥ target, new role ≤ actor's).
+    public func changeRole(
+        of inbox: InboxID, to role: GroupRole, in reference: String
+    ) async throws(RallyClientError) -> GroupRecord {
+        try await groupService.changeRole(of: inbox, to: role, in: reference)
+    }
+
+    /// Replaces the group's epoch key.
+    public func rekey(_ reference: String) async throws(RallyClientError) {
+        try await groupService.rekey(reference)
+    }
+
+    /// Leaves a group; the remaining members replace the key.
+    public func leaveGroup(_ reference: String) async throws(RallyClientError) {
+        try await groupService.leave(reference)
+    }
+
+    /// Ends a group for good (owner only).
+    public func explodeGroup(_ reference: String) async throws(RallyClientError) {
+        try await groupService.explode(reference)
+    }
+
+    /// Removes a group from this device only.
+    public func forgetGroup(_ reference: String) throws(RallyClientError) {
+        try groupService.forget(reference)
+    }
+
+    /// Sends a text message into a group (replacing the key first if a
+    /// member left).
+    /// - Returns: The message as the log stored it.
+    /// - Throws: `.group(.mayNotSend)` for observers, `.group(.diverged)`
+    ///   after the relay showed this device a forked history.
+    public func sendGroupText(_ text: String, to reference: String) async throws(RallyClientError) -> StoredMessage {
+        try await groupService.sendText(text, to: reference)
+    }
+
+    /// The group's stored messages, oldest first.
+    public func groupMessages(in reference: String) throws(RallyClientError) -> [StoredMessage] {
+        try groupService.messages(in: reference)
+    }
+
+    /// A group message as members are shown it: under its sender's name in
+    /// the group's signed member record, never the name the sender wrote.
+    public nonisolated func asShown(_ message: StoredMessage) -> StoredMessage {
+        groupService.asShown(message)
+    }
+
+    /// Reads the group log from the stored cursor up to its head.
+    @discardableResult
+    public func syncGroup(_ reference: String) async throws(RallyClientError) -> GroupSyncReport {
+        try await groupLog.sync(reference)
+    }
+
+    /// Streams a group's log; every entry is applied and persisted before
+    /// `handler` sees it.
+    public func followGroup(
+        _ reference: String, untilCaughtUp: Bool, handler: @Sendable (GroupLogEvent) async -> Void
     ) async throws(RallyClientError) {
-        // A live follower has a connection of its own: the relay keeps one
-        // subscription per topic and connection, so a one-shot sync of the
-        // same topic on the shared connection would otherwise end it.
-        var live: RelayConnection?
-        do {
-            try await followTopic(
-                topic, untilCaughtUp: untilCaughtUp, live: &live, access: access, process: process,
-                caughtUp: caughtUp)
-        } catch {
-            await live?.close()
-            throw error
-        }
-        await live?.close()
+        try await groupLog.follow(reference, untilCaughtUp: untilCaughtUp, handler: handler)
     }
 
-    private func liveConnection(_ live: inout RelayConnection?) async throws(RallyClientError) -> RelayConnection {
-        if let open = live, await open.isOpen { return open }
-        do {
-            let fresh = try await RelayConnection.connect(to: relayURL, identity: identity, logger: logger)
-            live = fresh
-            return fresh
-        } catch {
-            throw .relay(error)
-        }
+    // MARK: Inviter's desk
+
+    /// Creates a signed invite to a group this identity administers.
+    /// - Parameters:
+    ///   - options: Expiry, uses, role, and the name shown to joiners.
+    ///   - now: When the invite is made (its expiry counts from here).
+    /// - Throws: `.invite(.notAdmin)`, `.invite(.invalidOptions)`,
+    ///   `.invite(.noInviteKeys)`, or a relay failure.
+    public func createInvite(
+        in reference: String, options: InviteOptions = InviteOptions(), now: Date? = nil
+    ) async throws(RallyClientError) -> CreatedInvite {
+        try await inviterDesk.createInvite(in: reference, options: options, now: now ?? context.clock.now())
     }
 
-    private func followTopic(
-        _ topic: TopicName, untilCaughtUp: Bool, live: inout RelayConnection?,
-        access: () throws(RallyClientError) -> TopicAccess?,
-        process: @Sendable (WireEnvelope) async throws(RallyClientError) -> Void,
-        caughtUp: @Sendable () async -> Void
-    ) async throws(RallyClientError) {
-        var attempt = 0
-        while !Task.isCancelled {
-            let connection: RelayConnection
-            do {
-                connection = try await untilCaughtUp ? connected() : liveConnection(&live)
-            } catch .relay(let error) where !untilCaughtUp && error.isTransient {
-                attempt += 1
-                await backoff(min(attempt, Self.publishAttempts - 1), what: "subscription to \(topic)", error: error)
-                continue
-            }
-            let cursor: UInt64
-            do {
-                cursor = try store.cursor(for: topic)
-            } catch {
-                throw .store(error)
-            }
-            let key = try access()
-            let events = await connection.subscribe(topic: topic, after: cursor, access: key)
-            do {
-                for try await event in events {
-                    attempt = 0
-                    switch event {
-                    case .envelope(let envelope):
-                        // Anything at or below the cursor was handled
-                        // already (a backlog overlapping a reconnect).
-                        guard envelope.seq > (try store.cursor(for: topic)) else { continue }
-                        try await process(envelope)
-                    case .caughtUp:
-                        await caughtUp()
-                        if untilCaughtUp {
-                            await connection.unsubscribe(topic: topic)
-                            return
-                        }
-                    }
-                }
-                if untilCaughtUp { throw RallyClientError.relay(.disconnected("subscription ended")) }
-            } catch let error as RallyClientError {
-                throw error
-            } catch let error as LocalStoreError {
-                throw .store(error)
-            } catch let error as RelayClientError {
-                if case .accessRevoked = error {
-                    // The key this subscription used was replaced at an
-                    // entry it has now read. With the new key from that
-                    // entry, read on; without one, the caller judges why
-                    // (removed, or a change this device was never shown).
-                    guard let current = try access(), current.publicKey != key?.publicKey else {
-                        throw .relay(error)
-                    }
-                    continue
-                }
-                guard error.isTransient, !untilCaughtUp else { throw .relay(error) }
-                await live?.close()
-                live = nil
-                attempt += 1
-                await backoff(min(attempt, Self.publishAttempts - 1), what: "subscription to \(topic)", error: error)
-            } catch {
-                throw .relay(.disconnected("\(error)"))
-            }
+    /// Revokes every outstanding invite of a group (rotates its tag).
+    public func revokeInvites(in reference: String) async throws(RallyClientError) {
+        try await inviterDesk.revokeInvites(in: reference)
+    }
+
+    /// Lifts this client's block on an inbox's join requests to a group.
+    /// - Returns: Whether there was one.
+    @discardableResult
+    public func unblockJoinSender(_ inbox: InboxID, in reference: String) throws(RallyClientError) -> Bool {
+        try inviterDesk.unblockJoinSender(inbox, in: reference)
+    }
+
+    /// Who this client blocked from a group's join requests, and why.
+    public func blockedJoinSenders(in reference: String) throws(RallyClientError) -> [(inbox: String, reason: String)] {
+        try inviterDesk.blockedJoinSenders(in: reference)
+    }
+
+    /// Reads every invite inbox this client holds keys for, up to its
+    /// head, and answers each request (admit, or a typed join error).
+    @discardableResult
+    public func processJoinRequests() async throws(RallyClientError) -> [JoinRequestReport] {
+        try await inviterDesk.processJoinRequests()
+    }
+
+    // MARK: Joins
+
+    /// Validates an invite locally and, if it holds, sends a join request.
+    /// - Parameters:
+    ///   - text: The invite: a link, a `rally://` URL or the bare slug.
+    ///   - now: The time the invite's expiry is judged at (nil: the clock's).
+    /// - Throws: `.invite(.invalidInvite)` (nothing was sent) or
+    ///   `.invite(.joinInboxUnknown)` when the invite is for another relay.
+    public func startJoin(_ text: String, now: Date? = nil) async throws(RallyClientError) -> JoinAttempt {
+        try await joins.start(text, now: now ?? context.clock.now())
+    }
+
+    /// Follows the inbox until the join ends (joined, failed or cancelled)
+    /// or `timeout` passes.
+    /// - Parameter onChange: Sees every new state of the attempt.
+    /// - Returns: The attempt as it stands.
+    public func waitForJoin(
+        requestID: String, timeout: Duration? = nil,
+        onChange: @escaping @Sendable (JoinAttempt) async -> Void = { _ in }
+    ) async throws(RallyClientError) -> JoinAttempt {
+        let inbox = self.inbox
+        return try await joins.wait(for: requestID, timeout: timeout, onChange: onChange) { tick in
+            try await inbox.follow(untilCaughtUp: false) { _ in tick() }
         }
     }
 
-    private func ingest(
-        _ envelope: WireEnvelope, topic: TopicName, processor: InboxProcessor,
-        handler: @Sendable (InboxEvent) async -> Void
-    ) async throws(RallyClientError) {
-        switch processor.process(envelope, receivedAt: Date()) {
-        case .success(let message):
-            let isNew: Bool
-            if let welcome = GroupWelcomeCodec.welcome(in: message, codecs: codecs) {
-                isNew = try await acceptWelcome(welcome, message: message, topic: topic, seq: envelope.seq)
-            } else {
-                do {
-                    isNew = try store.ingest(
-                        topic: topic, seq: envelope.seq, message: message, joinEvent: joinEvent(in: message))
-                } catch {
-                    throw .store(error)
-                }
-            }
-            if isNew { await handler(.message(message)) }
-            if !groupsToLeave.isEmpty { await leaveCancelledJoins() }
-        case .failure(let rejection):
-            logger.warning("\(rejection)")
-            do {
-                try store.ingest(topic: topic, seq: envelope.seq, message: nil)
-            } catch {
-                throw .store(error)
-            }
-            await handler(.rejected(rejection))
-        }
+    /// This identity's join attempts, newest first.
+    public func joinAttempts() throws(RallyClientError) -> [JoinAttempt] {
+        try joins.attempts()
     }
-}
 
-private actor InboxSyncCollector {
-    var report = InboxSyncReport()
-
-    func add(_ event: RallyClient.InboxEvent) {
-        switch event {
-        case .message(let message): report.received.append(message)
-        case .rejected(let rejection): report.rejected.append(rejection)
-        case .caughtUp: break
-        }
+    /// The attempt with this request id (or a unique prefix of it).
+    /// - Throws: `.invite(.noJoin)`.
+    public func joinAttempt(_ requestID: String) throws(RallyClientError) -> JoinAttempt {
+        try joins.attempt(requestID)
     }
-}
 
-public struct InboxSyncReport: Sendable {
-    public var received: [StoredMessage] = []
-    public var rejected: [InboxRejection] = []
+    /// The newest join that is still under way.
+    public func currentJoin() throws(RallyClientError) -> JoinAttempt? {
+        try joins.attempts().first { !$0.isFinal }
+    }
+
+    /// Cancels a join under way; an answer arriving later is dropped (and
+    /// a group it opens is left).
+    public func cancelJoin(_ requestID: String) throws(RallyClientError) -> JoinAttempt {
+        try joins.cancel(requestID)
+    }
+
+    // MARK: Watch
+
+    /// Keeps this client online: follows the inbox, every active group's
+    /// log and the invite inbox of every group it administers, answering
+    /// join requests as they arrive, until cancelled or a follower fails
+    /// for good.
+    public func watch(handler: @escaping @Sendable (WatchEvent) async -> Void) async throws(RallyClientError) {
+        try await watcher.watch(handler: handler)
+    }
 }

@@ -381,19 +381,22 @@ enum GroupRules {
     static func checkAdmission(
         _ admission: WireInviteAdmission, of joiner: InboxID, against state: GroupState
     ) -> Result<Admission, GroupRejection> {
+        // The seed's order: revoked (a rotated tag, then an admin who left
+        // with the seed), already admitted, used up, banned. The join
+        // request policy answers joiners from this same check.
         guard state.inviteIdentity != nil else { return .failure(.invitesNotSetUp) }
-        guard !state.invitesNeedRotation else { return .failure(.inviteRotationPending) }
         guard admission.inviteID.count == inviteIDByteCount, admission.joinRequestID.count == 16 else {
             return .failure(.invalidTarget("invite admission"))
         }
         guard admission.inviteTag == state.inviteTag else { return .failure(.inviteRevoked) }
+        guard !state.invitesNeedRotation else { return .failure(.inviteRotationPending) }
         guard !state.admittedJoinRequests.contains(admission.joinRequestID) else {
             return .failure(.joinRequestAlreadyAdmitted)
         }
-        guard !state.banned.contains(joiner) else { return .failure(.banned(joiner)) }
         if admission.maxUses > 0, state.inviteUses[admission.inviteID, default: 0] >= admission.maxUses {
             return .failure(.inviteUsedUp)
         }
+        guard !state.banned.contains(joiner) else { return .failure(.banned(joiner)) }
         return .success(Admission(inviteID: admission.inviteID, joinRequestID: admission.joinRequestID))
     }
 

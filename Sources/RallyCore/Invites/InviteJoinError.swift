@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import RallyWire
 
@@ -32,6 +33,14 @@ public enum JoinErrorType: String, Sendable, Codable, CaseIterable {
 /// The body of `rally.dev/invite_join_error:1.0`:
 /// `{errorType, inviteTag, timestamp, reason?}`.
 public struct InviteJoinError: Sendable, Equatable {
+    /// The message id of the join error that answers a request: derived
+    /// from the request id, so however many admins answer the same request,
+    /// the joiner's inbox holds one error, and an answer replayed for a
+    /// later request is told apart.
+    public static func messageID(forRequest requestID: Data) -> Data {
+        Data(SHA256.hash(data: Data("rally-join-error-v1".utf8) + requestID).prefix(16))
+    }
+
     public var errorType: JoinErrorType {
         didSet { rawErrorType = errorType.rawValue }
     }

@@ -82,6 +82,16 @@ public enum JoinRequestDecision: Sendable, Equatable {
         public let inviteID: Data
         public let maxUses: UInt32
         public let requestID: Data
+
+        /// The admission as the commit that carries it names it.
+        public var wire: WireInviteAdmission {
+            var admission = WireInviteAdmission()
+            admission.inviteID = inviteID
+            admission.inviteTag = tag
+            admission.maxUses = maxUses
+            admission.joinRequestID = requestID
+            return admission
+        }
     }
 }
 
@@ -131,8 +141,7 @@ public enum JoinRequestPolicy {
         public let keys: InviteKeys
 
         public func decide(
-            groupID: String, group: GroupRecord?, me: InboxID, seenBefore: Bool, senderBlocked: Bool,
-            now: Date = Date()
+            groupID: String, group: GroupRecord?, me: InboxID, seenBefore: Bool, senderBlocked: Bool, now: Date
         ) -> JoinRequestDecision {
             JoinRequestPolicy.decide(
                 Context(
@@ -192,31 +201,34 @@ public enum JoinRequestPolicy {
         guard group.status == .active, let myRole = state.role(of: context.me), myRole >= .admin else {
             return .notForThisClient(reason: "this client is not an admin of the group")
         }
-        // 4. Revoked: a rotated tag, or an issuer who is no longer an admin.
-        guard invite.tag == state.inviteTag else { return .reject(.inviteRevoked, reason: "the invite was revoked") }
+        let joiner = context.sender
+        let inviteID = inviteID(of: request.invite)
+        let maxUses: UInt32 = invite.payload.singleUse ? 1 : invite.payload.maxUses
+        let admission = JoinRequestDecision.Admission(
+            groupID: groupID, joiner: joiner, role: .member, tag: invite.tag, inviteID: inviteID, maxUses: maxUses,
+            requestID: context.requestID)
+        // The group's own admission rules (tag, rotation, uses, bans): the
+        // ones every member applies to the admission commit.
+        let ruling = GroupRules.checkAdmission(admission.wire, of: joiner.inboxID, against: state)
+        func answer(_ rejection: GroupRejection) -> JoinRequestDecision {
+            Self.answer(to: rejection, groupID: groupID, tag: invite.tag, maxUses: maxUses)
+        }
+        // 4. Revoked: a rotated tag, an issuer who is no longer an admin,
+        // or an admin who left holding the seed.
+        if case .failure(.inviteRevoked) = ruling { return answer(.inviteRevoked) }
         guard let issuerRole = state.role(of: invite.issuer.inboxID), issuerRole >= .admin else {
             return .reject(.inviteRevoked, reason: "whoever issued the invite is no longer an admin")
         }
-        // An admin left holding the seed: every invite of its time is revoked.
-        if state.invitesNeedRotation { return .reject(.inviteRevoked, reason: adminLeftReason) }
+        if case .failure(let rejection) = ruling, rejection == .inviteRotationPending || rejection == .invitesNotSetUp {
+            return answer(rejection)
+        }
         // 5. Deleted or exploded.
-        if state.exploded { return .reject(.conversationExpired, reason: "the group was exploded") }
-        let joiner = context.sender
+        if state.exploded { return answer(.exploded) }
         if let member = state.members[joiner.inboxID], member.identity.hasSameKeys(as: joiner) {
             return .alreadyMember(groupID: groupID, tag: invite.tag)
         }
-        // 6. Used up.
-        let inviteID = inviteID(of: request.invite)
-        let maxUses: UInt32 = invite.payload.singleUse ? 1 : invite.payload.maxUses
-        if maxUses > 0, state.inviteUses[inviteID, default: 0] >= maxUses {
-            return .reject(
-                .singleUseConsumed,
-                reason: maxUses == 1 ? "the single-use invite was used" : "the invite's \(maxUses) uses are used up")
-        }
-        // 7. Banned.
-        if state.banned.contains(joiner.inboxID) {
-            return .reject(.genericFailure, reason: "not allowed to join")
-        }
+        // 6. Used up, 7. banned (and anything else the rules refuse).
+        if case .failure(let rejection) = ruling { return answer(rejection) }
         // 8. Admit, with the invite's role but never above the admitting admin's.
         let granted = GroupRole(wire: invite.payload.role) ?? .member
         let role = min(max(granted, .observer), myRole, issuerRole)
@@ -225,4 +237,31 @@ public enum JoinRequestPolicy {
                 groupID: groupID, joiner: joiner, role: role, tag: invite.tag, inviteID: inviteID,
                 maxUses: maxUses, requestID: context.requestID))
     }
+
+    /// The answer a joiner gets when the group's admission rules refuse
+    /// its admission: when deciding, and when the rules refuse the
+    /// admission commit itself (a race inside one epoch).
+    public static func answer(
+        to rejection: GroupRejection, groupID: String, tag: Data, maxUses: UInt32
+    ) -> JoinRequestDecision {
+        switch rejection {
+        case .joinRequestAlreadyAdmitted: .duplicate
+        case .alreadyMember: .alreadyMember(groupID: groupID, tag: tag)
+        case .inviteRevoked, .invalidInviteTag: .reject(.inviteRevoked, reason: "the invite was revoked")
+        case .inviteRotationPending, .invitesNotSetUp: .reject(.inviteRevoked, reason: adminLeftReason)
+        case .exploded: .reject(.conversationExpired, reason: "the group was exploded")
+        case .inviteUsedUp:
+            .reject(
+                .singleUseConsumed,
+                reason: maxUses == 1 ? "the single-use invite was used" : "the invite's \(maxUses) uses are used up")
+        case .banned: .reject(.genericFailure, reason: "not allowed to join")
+        default: .reject(.genericFailure, reason: rejection.description)
+        }
+    }
+}
+
+/// What an admin's client did with one join request, kept so a request is
+/// handled once, ever.
+public enum JoinRequestOutcome: String, Sendable, Codable {
+    case admitted, alreadyMember, rejected, blocked, ignored
 }

@@ -1,5 +1,4 @@
 import Foundation
-import GRDB
 import RallyCrypto
 
 /// A message as the local store keeps it.
@@ -50,18 +49,6 @@ public struct StoredMessage: Sendable, Equatable, Codable {
             id: id, conversation: conversation, outgoing: outgoing, sender: sender, senderName: name, sentAt: sentAt,
             receivedAt: receivedAt, topic: topic, seq: seq, contentType: contentType, encodedContent: encodedContent,
             displayText: displayText, isKnownType: isKnownType)
-    }
-
-    init(row: Row) throws {
-        let senderText: String = row["sender"]
-        let seq: Int64? = row["seq"]
-        self.init(
-            id: row["id"], conversation: row["conversation"], outgoing: row["outgoing"],
-            sender: try InboxID(validating: senderText), senderName: row["sender_name"],
-            sentAt: Date(timeIntervalSince1970: Double(row["sent_at_ms"] as Int64) / 1000),
-            receivedAt: Date(timeIntervalSince1970: Double(row["received_at_ms"] as Int64) / 1000),
-            topic: row["topic"], seq: seq.map { UInt64($0) }, contentType: row["content_type"],
-            encodedContent: row["content"], displayText: row["display_text"], isKnownType: row["known_type"])
     }
 }
 

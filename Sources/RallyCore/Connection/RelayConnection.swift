@@ -9,13 +9,8 @@ import RallyWire
 /// id, and per-topic subscription streams. It does not reconnect by itself;
 /// the owner decides when to open a new one (and resubscribes from its
 /// cursors, so nothing is lost across connections).
-public actor RelayConnection {
-    public enum SubscriptionEvent: Sendable, Equatable {
-        case envelope(WireEnvelope)
-        /// The backlog after the cursor has been delivered; live envelopes
-        /// follow.
-        case caughtUp(seq: UInt64)
-    }
+public actor RelayConnection: RelayLink {
+    public typealias SubscriptionEvent = RelaySubscriptionEvent
 
     public static let defaultTimeout: Duration = .seconds(15)
     /// How often an otherwise quiet connection pings, so the relay's idle

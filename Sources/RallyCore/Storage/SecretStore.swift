@@ -120,29 +120,42 @@ public struct SecretName: Hashable, Sendable, CustomStringConvertible {
 }
 
 /// The default secret store: a table of the home's owner-only database.
+/// A secret in the home's own database: the default ``SecretStore``.
+struct SecretRecord: Codable, FetchableRecord, PersistableRecord {
+    static let databaseTableName = "secret"
+
+    var name: String
+    var value: Data
+
+    static func createTable(_ db: Database) throws {
+        try db.create(table: databaseTableName) { table in
+            table.column("name", .text).primaryKey()
+            table.column("value", .blob).notNull()
+        }
+    }
+
+    static func names(_ db: Database) throws -> [String] {
+        try fetchAll(db).map(\.name)
+    }
+
+    static func set(_ secret: Data, named name: SecretName, db: Database) throws {
+        try SecretRecord(name: name.rawValue, value: secret).save(db)
+    }
+}
+
+/// Secrets kept in the home's owner-only database.
 struct DatabaseSecretStore: SecretStore {
     let queue: DatabaseQueue
 
     func secret(named name: SecretName) throws -> Data? {
-        try LocalStore.read(queue) { db in
-            try Data.fetchOne(db, sql: "SELECT value FROM secret WHERE name = ?", arguments: [name.rawValue])
-        }
+        try LocalStore.read(queue) { db in try SecretRecord.fetchOne(db, key: name.rawValue)?.value }
     }
 
     func setSecret(_ secret: Data, named name: SecretName) throws {
-        try LocalStore.write(queue) { db in try Self.set(secret, named: name, db: db) }
+        try LocalStore.write(queue) { db in try SecretRecord.set(secret, named: name, db: db) }
     }
 
     func removeSecret(named name: SecretName) throws {
-        try LocalStore.write(queue) { db in
-            try db.execute(sql: "DELETE FROM secret WHERE name = ?", arguments: [name.rawValue])
-        }
-    }
-
-    static func set(_ secret: Data, named name: SecretName, db: Database) throws {
-        try db.execute(
-            sql:
-                "INSERT INTO secret (name, value) VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET value = excluded.value",
-            arguments: [name.rawValue, secret])
+        try LocalStore.write(queue) { db in _ = try SecretRecord.deleteOne(db, key: name.rawValue) }
     }
 }

@@ -1,0 +1,69 @@
+import Foundation
+import RallyCrypto
+import RallyWire
+
+/// Sending direct messages: signed by this identity, sealed to the
+/// recipient's keys, posted to the recipient's inbox.
+struct DirectMessageService: Sendable {
+    let context: ClientContext
+    let keys: KeyDirectory
+
+    init(context: ClientContext) {
+        self.context = context
+        self.keys = KeyDirectory(context: context)
+    }
+
+    /// Signs, seals and posts a message to the recipient's inbox. Retried
+    /// publishes reuse the message id as idempotency key, so the recipient
+    /// gets it once whatever happens to the acks.
+    func send<C: ContentCodec>(
+        _ value: C.Value, codec: C, to recipient: InboxID, messageID: Data?, keepCopy: Bool
+    ) async throws(RallyClientError) -> StoredMessage {
+        let recipientIdentity = try await keys.lookUp(recipient)
+        let content: WireEncodedContent
+        do {
+            let plain = try context.codecs.encode(value, with: codec)
+            content = ContentCompression.compressedIfUseful(plain)
+        } catch {
+            throw .content(error)
+        }
+        let now = context.clock.now()
+        let identity = context.identity
+        var body = WireMessageBody()
+        body.messageID = messageID ?? MessageSealing.newMessageID()
+        body.sender = identity.publicIdentity.wireBundle
+        body.recipient = recipient.rawValue
+        body.sentAtMs = ClientClock.millis(now)
+        body.content = content
+        let sealed: Data
+        do {
+            sealed = try MessageSealing.seal(MessageSealing.sign(body, by: identity), to: recipientIdentity)
+        } catch {
+            throw .recipientKeysInvalid(recipient, reason: error.description)
+        }
+        guard sealed.count <= WireLimits.maxPayloadBytes else {
+            throw .messageTooLarge(size: sealed.count, limit: WireLimits.maxPayloadBytes)
+        }
+        let topic = try! TopicName.inbox(recipient.rawValue)
+        let messageID = body.messageID
+        let ack = try await context.withRetries("publish") { link throws(RelayClientError) in
+            try await link.publish(
+                topic: topic, payload: sealed, idempotencyKey: messageID, shouldPush: content.shouldPush)
+        }
+        let decoded = context.codecs.decode(content)
+        let stored = StoredMessage(
+            id: messageID.hexString, conversation: recipient.rawValue, outgoing: true, sender: identity.inboxID,
+            senderName: identity.displayName, sentAt: now, receivedAt: now, topic: topic.rawValue, seq: ack.seq,
+            contentType: decoded.contentType.description, encodedContent: FrameCodec.encode(content),
+            displayText: decoded.displayText, isKnownType: decoded.isKnown)
+        guard keepCopy else { return stored }
+        try context.stored { () throws(LocalStoreError) in try context.store.saveOutgoing(stored) }
+        return stored
+    }
+
+    /// Direct messages stored here (sent and received), oldest first;
+    /// never group messages.
+    func directMessages() throws(RallyClientError) -> [StoredMessage] {
+        try context.stored { () throws(LocalStoreError) in try context.store.directMessages() }
+    }
+}

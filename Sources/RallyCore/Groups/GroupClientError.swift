@@ -1,0 +1,50 @@
+import Foundation
+import RallyCrypto
+
+public enum GroupClientError: Error, Sendable, Equatable, CustomStringConvertible {
+    case unknownGroup(String)
+    case ambiguousGroup(String, matches: [String])
+    case notActive(String, GroupRecord.Status)
+    case commitRejected(GroupRejection)
+    case gaveUp(attempts: Int)
+    case missingEpochKey(UInt64)
+    case mayNotSend(GroupRole)
+    case diverged(group: String, reason: String)
+    /// Rejected by the rules, as recorded by another process on this home.
+    case commitRefused(String)
+    case noTopicAccess(String)
+
+    public var description: String {
+        switch self {
+        case .unknownGroup(let reference): "no group \"\(reference)\" here: see `rally group list`"
+        case .ambiguousGroup(let reference, let matches):
+            "\"\(reference)\" matches several groups: \(matches.joined(separator: ", ")); use more of the id"
+        case .notActive(let group, let status):
+            switch status {
+            case .removed: "you were removed from \(group)"
+            case .left: "you left \(group)"
+            case .creating, .active: "group \(group) is not ready yet"
+            }
+        case .commitRejected(let rejection): "the group refused the change: \(rejection)"
+        case .gaveUp(let attempts): "the group kept changing under this change; gave up after \(attempts) attempts"
+        case .missingEpochKey(let epoch): "this client has no key for epoch \(epoch) of the group"
+        case .mayNotSend(let role): "your role in this group is \(role), which may not send"
+        case .diverged(let group, let reason):
+            "the relay showed this device a different history of \(group) than the other members see (\(reason)); nothing more is sent into it: check with the other members out of band, then forget the group and have an admin add you again"
+        case .commitRefused(let reason): "the group refused the change: \(reason)"
+        case .noTopicAccess(let group):
+            "this device has no access key for the topic of \(group); ask an admin to add you again"
+        }
+    }
+}
+
+/// What a group sync saw.
+public struct GroupSyncReport: Sendable {
+    public var events: [GroupLogEvent] = []
+    public var messages: [StoredMessage] {
+        events.compactMap { if case .message(let message) = $0 { message } else { nil } }
+    }
+    public var rejections: [(seq: UInt64, reason: GroupEntryRejection)] {
+        events.compactMap { if case .rejected(let seq, let reason) = $0 { (seq, reason) } else { nil } }
+    }
+}

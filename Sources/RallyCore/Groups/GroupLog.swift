@@ -1,0 +1,147 @@
+import Crypto
+import Foundation
+import RallyCrypto
+import RallyWire
+
+/// Outcomes of this identity's own commits, by commit id, as this process
+/// read them (a live follower may read a commit before the sync that
+/// published it does). Taken out when the publisher checks.
+actor OwnCommitOutcomes {
+    private var outcomes: [Data: GroupOutcome] = [:]
+
+    func record(_ outcome: GroupOutcome, for commitID: Data) { outcomes[commitID] = outcome }
+    func take(_ commitID: Data) -> GroupOutcome? { outcomes.removeValue(forKey: commitID) }
+}
+
+/// A group's log as this member reads it: the local records of its groups,
+/// and reading (sync or follow) each group's topic, applying every entry
+/// through ``GroupLogProcessor`` and persisting it with its cursor before
+/// anyone sees it.
+struct GroupLog: Sendable {
+    let context: ClientContext
+    let ownOutcomes: OwnCommitOutcomes
+
+    // MARK: Records
+
+    func groups() throws(RallyClientError) -> [GroupRecord] {
+        try context.stored { () throws(LocalStoreError) in try context.store.groups() }
+    }
+
+    /// Resolves a group by id, id prefix or name.
+    func group(_ reference: String) throws(RallyClientError) -> GroupRecord {
+        let matches = try context.stored { () throws(LocalStoreError) in try context.store.findGroup(reference) }
+        guard let first = matches.first else { throw .group(.unknownGroup(reference)) }
+        guard matches.count == 1 else { throw .group(.ambiguousGroup(reference, matches: matches.map(\.groupID))) }
+        return first
+    }
+
+    /// The group, if this member may still send into it.
+    func activeGroup(_ groupID: String) throws(RallyClientError) -> GroupRecord {
+        let record = try group(groupID)
+        let label = "\"\(record.state.profile.name)\" (\(groupID))"
+        guard record.status == .active else { throw .group(.notActive(label, record.status)) }
+        if let reason = record.divergence { throw .group(.diverged(group: label, reason: reason)) }
+        return record
+    }
+
+    // MARK: Reading
+
+    /// Reads the group log from the stored cursor up to its head.
+    @discardableResult
+    func sync(_ reference: String) async throws(RallyClientError) -> GroupSyncReport {
+        let collector = GroupSyncCollector()
+        try await follow(reference, untilCaughtUp: true) { event in await collector.add(event) }
+        return await collector.report
+    }
+
+    /// Streams a group's log: every entry is applied and persisted before
+    /// `handler` sees it.
+    func follow(
+        _ reference: String, untilCaughtUp: Bool, handler: @Sendable (GroupLogEvent) async -> Void
+    ) async throws(RallyClientError) {
+        let groupID = try group(reference).groupID
+        let topic = try group(groupID).topic
+        let processor = GroupLogProcessor(identity: context.identity, codecs: context.codecs)
+        let store = context.store
+        do {
+            try await context.followTopic(
+                topic, untilCaughtUp: untilCaughtUp,
+                access: { () throws(RallyClientError) -> TopicAccess? in
+                    let record: GroupRecord?
+                    do throws(LocalStoreError) {
+                        record = try store.group(groupID)
+                    } catch {
+                        throw .store(error)
+                    }
+                    return record?.topicAccess
+                }
+            ) { envelope throws(RallyClientError) in
+                let event = try await ingest(envelope, groupID: groupID, processor: processor)
+                await handler(event)
+            }
+        } catch .relay(.accessRevoked(_, let lastReadable)) {
+            // The relay ended this member's access. Removed or gone: as
+            // expected. Still a member here: the change that ended it was
+            // never shown to this device.
+            let record = try group(groupID)
+            guard record.status == .active else { return }
+            let seq = try context.stored { () throws(LocalStoreError) in try store.cursor(for: record.topic) }
+            let reason =
+                "the relay ended this device's access to the group at entry #\(lastReadable), but this device, which has read up to #\(seq), was shown no change there"
+            try context.stored { () throws(LocalStoreError) in try store.setDivergence(reason, group: groupID) }
+            context.logger.error("group \(groupID): \(reason)")
+            await handler(.diverged(seq: seq, reason: reason))
+        }
+    }
+
+    private func ingest(
+        _ envelope: WireEnvelope, groupID: String, processor: GroupLogProcessor
+    ) async throws(RallyClientError) -> GroupLogEvent {
+        let store = context.store
+        let logger = context.logger
+        let record = try context.stored { () throws(LocalStoreError) in try store.group(groupID) }
+        guard let record else { throw .group(.unknownGroup(groupID)) }
+        let result: GroupLogProcessor.Result
+        do {
+            // A store error stops here: the cursor stays before this entry
+            // and the next sync reads it again. Nothing is skipped.
+            result = try processor.process(
+                envelope, record: record, key: { epoch in try store.epochKey(group: groupID, epoch: epoch) },
+                receivedAt: context.clock.now())
+        } catch let error as LocalStoreError {
+            throw .store(error)
+        } catch {
+            throw .store(.failed("\(error)"))
+        }
+        var message: StoredMessage?
+        var ownCommit: (commitID: Data, rejection: String?)?
+        switch result.event {
+        case .message(let received):
+            message = received
+        case .rejected(let seq, let reason):
+            logger.warning("group \(groupID): dropped entry #\(seq): \(reason)")
+        case .diverged(let seq, let reason):
+            logger.error("group \(groupID): history diverged at entry #\(seq): \(reason)")
+        case .commit(_, let commitID, let author, let outcome) where author == context.identity.inboxID:
+            await ownOutcomes.record(outcome, for: commitID)
+            switch outcome {
+            case .applied, .duplicate: ownCommit = (commitID, nil)
+            case .rejected(let rejection): ownCommit = (commitID, rejection.description)
+            }
+        case .commit:
+            break
+        }
+        try context.stored { () throws(LocalStoreError) in
+            try store.ingestGroupEntry(
+                result.record, seq: envelope.seq, epochKey: result.newKey, message: message,
+                inviteSeed: result.inviteSeed, ownCommit: ownCommit,
+                accessSecretChanged: result.record.accessSecret != record.accessSecret)
+        }
+        return result.event
+    }
+}
+
+private actor GroupSyncCollector {
+    var report = GroupSyncReport()
+    func add(_ event: GroupLogEvent) { report.events.append(event) }
+}

@@ -1,0 +1,232 @@
+import Crypto
+import Foundation
+import RallyCrypto
+import RallyWire
+
+/// Groups as their members use them: create, change membership and roles,
+/// replace the key, leave, end, send and read.
+struct GroupService: Sendable {
+    let context: ClientContext
+    let log: GroupLog
+    let committer: GroupCommitter
+    let welcomes: GroupWelcomes
+    let keys: KeyDirectory
+
+    // MARK: Create
+
+    /// Creates a group with this identity as its owner. Its first epoch key
+    /// yields the topic's access key, the topic id names that key (nobody
+    /// can claim the topic first) and the group id names the topic (a
+    /// welcome cannot pass another topic off as this group).
+    func create(name: String, description: String) async throws(RallyClientError) -> GroupRecord {
+        let firstKey = EpochKeys.newKey()
+        let access: TopicAccess
+        do {
+            access = try TopicAccess(secret: TopicAccess.secret(fromEpochKey: firstKey))
+        } catch {
+            throw .recipientKeysInvalid(context.identity.inboxID, reason: error.description)
+        }
+        let topicID = access.foundedTopicID
+        let groupID = GroupRecord.groupID(forTopicID: topicID)
+        let record = GroupRecord(
+            groupID: groupID, topicID: topicID, state: GroupState(groupID: groupID), status: .creating,
+            accessSecret: access.secretBytes)
+        var commit = committer.newCommit(on: record.state)
+        commit.create.profile.name = name
+        commit.create.profile.description_p = description
+        let now = context.clock.now()
+        try context.stored { () throws(LocalStoreError) in
+            try context.store.saveNewGroup(record, epochKey: (0, firstKey), cursor: 0, now: now)
+        }
+        _ = try await committer.publish(commit, to: record)
+        try await log.sync(groupID)
+        try await committer.requireApplied(commit.commitID)
+        return try log.group(groupID)
+    }
+
+    // MARK: Membership
+
+    func addMember(
+        _ inbox: InboxID, role: GroupRole, to reference: String
+    ) async throws(RallyClientError)
+        -> GroupRecord
+    {
+        let newcomer = try await keys.lookUp(inbox)
+        let groupID = try log.group(reference).groupID
+        let committer = self.committer
+        let admission = try await committer.commit(groupID) { state throws(RallyClientError) in
+            if state.members[inbox] != nil { throw .group(.commitRejected(.alreadyMember(inbox))) }
+            var commit = committer.newCommit(on: state)
+            commit.addMember.member = newcomer.wireBundle
+            commit.addMember.role = role.wire
+            return commit
+        }
+        if let admission { try await welcomes.send(to: newcomer, groupID: groupID, admission: admission) }
+        return try log.group(groupID)
+    }
+
+    func removeMember(
+        _ inbox: InboxID, from reference: String, ban: Bool
+    ) async throws(RallyClientError)
+        -> GroupRecord
+    {
+        let groupID = try log.group(reference).groupID
+        let committer = self.committer
+        try await committer.commit(groupID) { state throws(RallyClientError) in
+            guard let target = state.members[inbox] else {
+                throw .group(.commitRejected(.notAMemberTarget(inbox)))
+            }
+            var commit = committer.newCommit(on: state)
+            commit.removeMember.inboxID = inbox.rawValue
+            commit.removeMember.ban = ban
+            try committer.attachFreshKey(
+                to: &commit, for: state.members.values.filter { $0.inboxID != inbox }, state: state)
+            if target.role >= .admin {
+                try committer.attachInviteRotation(to: &commit, state: state, admins: state.admins.subtracting([inbox]))
+            }
+            return commit
+        }
+        return try log.group(groupID)
+    }
+
+    func changeRole(
+        of inbox: InboxID, to role: GroupRole, in reference: String
+    ) async throws(RallyClientError)
+        -> GroupRecord
+    {
+        let groupID = try log.group(reference).groupID
+        let seed = try context.stored { () throws(LocalStoreError) in try context.store.inviteSeed(group: groupID) }
+        let committer = self.committer
+        try await committer.commit(groupID) { state throws(RallyClientError) in
+            var commit = committer.newCommit(on: state)
+            commit.changeRole.inboxID = inbox.rawValue
+            commit.changeRole.role = role.wire
+            let wasAdmin = (state.role(of: inbox) ?? .observer) >= .admin
+            // A new admin gets the invite seed, so it answers join requests.
+            if role >= .admin, let seed, state.inviteIdentity != nil, let target = state.members[inbox], !wasAdmin {
+                commit.changeRole.inviteSeed = try committer.sealInviteSeed(seed, to: [target.identity], state: state)[
+                    0]
+            }
+            // A demoted admin keeps the old seed: the invites move on.
+            if wasAdmin, role < .admin {
+                try committer.attachInviteRotation(to: &commit, state: state, admins: state.admins.subtracting([inbox]))
+            }
+            return commit
+        }
+        return try log.group(groupID)
+    }
+
+    /// Replaces the epoch key (after someone left, or on an admin's wish).
+    func rekey(_ reference: String) async throws(RallyClientError) {
+        let groupID = try log.group(reference).groupID
+        let committer = self.committer
+        try await committer.commit(groupID) { state throws(RallyClientError) in
+            var commit = committer.newCommit(on: state)
+            commit.rekey = WireRekey()
+            try committer.attachFreshKey(to: &commit, for: Array(state.members.values), state: state)
+            return commit
+        }
+    }
+
+    /// Leaves a group. The remaining members replace the key before anyone
+    /// sends again.
+    func leave(_ reference: String) async throws(RallyClientError) {
+        let groupID = try log.group(reference).groupID
+        let committer = self.committer
+        try await committer.commit(groupID) { state throws(RallyClientError) in
+            var commit = committer.newCommit(on: state)
+            commit.leave = WireLeaveGroup()
+            return commit
+        }
+    }
+
+    /// Ends a group for good (owner only). Later join requests are
+    /// answered `conversation_expired`.
+    func explode(_ reference: String) async throws(RallyClientError) {
+        let groupID = try log.group(reference).groupID
+        let committer = self.committer
+        try await committer.commit(groupID) { state throws(RallyClientError) in
+            var commit = committer.newCommit(on: state)
+            commit.explode = WireExplodeGroup()
+            return commit
+        }
+    }
+
+    /// Removes a group from this device only.
+    func forget(_ reference: String) throws(RallyClientError) {
+        let groupID = try log.group(reference).groupID
+        try context.stored { () throws(LocalStoreError) in try context.store.forgetGroup(groupID) }
+    }
+
+    // MARK: Messages
+
+    func sendText(_ text: String, to reference: String) async throws(RallyClientError) -> StoredMessage {
+        let groupID = try log.group(reference).groupID
+        try await log.sync(groupID)
+        var record = try log.activeGroup(groupID)
+        if record.state.needsRekey {
+            try await rekey(groupID)
+            record = try log.activeGroup(groupID)
+        }
+        let identity = context.identity
+        guard let role = record.state.role(of: identity.inboxID), role.canSend else {
+            throw .group(.mayNotSend(record.state.role(of: identity.inboxID) ?? .observer))
+        }
+        let epoch = record.state.epoch
+        let key = try context.stored { () throws(LocalStoreError) in
+            try context.store.epochKey(group: groupID, epoch: epoch)
+        }
+        guard let key else { throw .group(.missingEpochKey(epoch)) }
+        let content: WireEncodedContent
+        do {
+            content = ContentCompression.compressedIfUseful(try TextCodec().encode(text))
+        } catch {
+            throw .content(error)
+        }
+        var body = WireMessageBody()
+        body.messageID = MessageSealing.newMessageID()
+        body.sender = identity.publicIdentity.wireBundle
+        body.recipient = groupID
+        body.sentAtMs = ClientClock.millis(context.clock.now())
+        body.content = content
+        var entry = WireGroupLogEntry()
+        do {
+            var ciphertext = try EpochKeys.encrypt(
+                MessageSealing.sign(body, by: identity), key: key, groupID: groupID, epoch: epoch)
+            ciphertext.transcript = record.state.transcript
+            ciphertext.epochLink = record.epochLink
+            entry.message = ciphertext
+        } catch {
+            throw .recipientKeysInvalid(identity.inboxID, reason: error.description)
+        }
+        _ = try await committer.publishEntry(entry, to: record, key: body.messageID)
+        // Reading our own message back from the log stores it at its
+        // position, exactly as the other members see it.
+        let report = try await log.sync(groupID)
+        let id = body.messageID.hexString
+        if let mine = report.messages.first(where: { $0.id == id }) { return mine }
+        if let stored = try? context.store.message(id: id), stored.conversation == groupID { return stored }
+        throw .relay(.protocolViolation("sent group message did not come back from the log"))
+    }
+
+    /// The group's stored messages, oldest first.
+    func messages(in reference: String) throws(RallyClientError) -> [StoredMessage] {
+        let groupID = try log.group(reference).groupID
+        return try context.stored { () throws(LocalStoreError) in
+            try context.store.messages(conversation: groupID)
+        }
+    }
+
+    /// A group message as members are shown it: under the name of its
+    /// sender's member record (which the group's admins signed), or as
+    /// stored when it was read, for a sender no longer in the group.
+    func asShown(_ message: StoredMessage) -> StoredMessage {
+        if let record = try? context.store.group(message.conversation), record.state.members[message.sender] != nil {
+            return message.namedByMemberRecord(in: record.state)
+        }
+        if let stored = try? context.store.message(id: message.id), stored.conversation == message.conversation {
+            return stored
+        }
+        return message
+    }
+}

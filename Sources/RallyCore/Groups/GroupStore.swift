@@ -1,0 +1,321 @@
+import Crypto
+import Foundation
+import GRDB
+import RallyCrypto
+import RallyWire
+
+/// A group as this home stores it: its state as a snapshot, its status and
+/// its place in the log. The topic's access secret is in the secret store.
+struct GroupInfoRecord: Codable, FetchableRecord, PersistableRecord {
+    static let databaseTableName = "group_info"
+
+    var groupID: String
+    var topicID: String
+    var snapshot: Data
+    var status: String
+    var createdAtMs: Int64
+    var epochLink: Data
+    var lastControlSeq: Int64
+    var divergence: String?
+
+    enum CodingKeys: String, CodingKey {
+        case groupID = "group_id", topicID = "topic_id", snapshot, status, createdAtMs = "created_at_ms"
+        case epochLink = "epoch_link", lastControlSeq = "last_control_seq", divergence
+    }
+
+    enum Columns {
+        static let groupID = Column(CodingKeys.groupID)
+        static let createdAtMs = Column(CodingKeys.createdAtMs)
+        static let divergence = Column(CodingKeys.divergence)
+    }
+
+    static func createTable(_ db: Database) throws {
+        try db.create(table: databaseTableName) { table in
+            table.column("group_id", .text).primaryKey()
+            table.column("topic_id", .text).notNull().unique()
+            table.column("snapshot", .blob).notNull()
+            table.column("status", .text).notNull()
+            table.column("created_at_ms", .integer).notNull()
+        }
+    }
+
+    /// v4-untrusted-relay: the epoch link, the last control entry read and
+    /// a divergence the relay showed this device.
+    static func addChainColumns(_ db: Database) throws {
+        try db.alter(table: databaseTableName) { table in
+            table.add(column: "epoch_link", .blob).notNull().defaults(to: Data())
+            table.add(column: "last_control_seq", .integer).notNull().defaults(to: 0)
+            table.add(column: "divergence", .text)
+        }
+    }
+
+    init(_ record: GroupRecord, createdAt: Date) {
+        groupID = record.groupID
+        topicID = record.topicID
+        snapshot = FrameCodec.encode(record.state.snapshot)
+        status = record.status.rawValue
+        createdAtMs = ClientClock.millis(createdAt)
+        epochLink = record.epochLink
+        lastControlSeq = Int64(record.lastControlSeq)
+        divergence = record.divergence
+    }
+
+    /// The domain record, without its access secret (read from the secret
+    /// store by the caller).
+    func groupRecord() throws -> GroupRecord {
+        GroupRecord(
+            groupID: groupID, topicID: topicID,
+            state: try GroupState(snapshot: WireGroupSnapshot(serializedBytes: snapshot)),
+            status: GroupRecord.Status(rawValue: status) ?? .active, epochLink: epochLink,
+            lastControlSeq: UInt64(max(0, lastControlSeq)), divergence: divergence)
+    }
+
+    /// Writes a group's new state and place in the log.
+    static func update(with record: GroupRecord, _ db: Database) throws {
+        guard var stored = try fetchOne(db, key: record.groupID) else { return }
+        stored.snapshot = FrameCodec.encode(record.state.snapshot)
+        stored.status = record.status.rawValue
+        stored.epochLink = record.epochLink
+        stored.lastControlSeq = Int64(record.lastControlSeq)
+        stored.divergence = record.divergence
+        try stored.update(db)
+    }
+}
+
+/// That the secret store holds a group's key for an epoch (the key itself
+/// is not in the database).
+struct EpochKeyRecord: Codable, FetchableRecord, PersistableRecord {
+    static let databaseTableName = "epoch_key"
+
+    var groupID: String
+    var epoch: Int64
+    /// Empty since v4-secrets.
+    var key = Data()
+
+    enum CodingKeys: String, CodingKey { case groupID = "group_id", epoch, key }
+
+    static func createTable(_ db: Database) throws {
+        try db.create(table: databaseTableName) { table in
+            table.column("group_id", .text).notNull()
+            table.column("epoch", .integer).notNull()
+            table.column("key", .blob).notNull()
+            table.primaryKey(["group_id", "epoch"])
+        }
+    }
+
+    /// v4-secrets: the keys move to the secret store.
+    static func moveKeysToSecrets(_ db: Database) throws {
+        for record in try fetchAll(db) {
+            try SecretRecord.set(
+                record.key, named: .epochKey(group: record.groupID, epoch: UInt64(max(0, record.epoch))), db: db)
+        }
+        try db.execute(sql: "UPDATE epoch_key SET key = x''")
+    }
+
+    static func note(epoch: UInt64, group: String, _ db: Database) throws {
+        try EpochKeyRecord(groupID: group, epoch: Int64(epoch)).insert(db, onConflict: .ignore)
+    }
+}
+
+/// What became of one of this identity's commits, as the log showed it,
+/// recorded by whichever process on this home read it first.
+struct OwnCommitRecord: Codable, FetchableRecord, PersistableRecord {
+    static let databaseTableName = "own_commit"
+
+    var commitID: Data
+    var groupID: String
+    var seq: Int64
+    /// "applied", or why every member rejected it.
+    var outcome: String
+    /// The group state right after the commit.
+    var snapshot: Data
+
+    enum CodingKeys: String, CodingKey {
+        case commitID = "commit_id", groupID = "group_id", seq, outcome, snapshot
+    }
+
+    static func createTable(_ db: Database) throws {
+        try db.create(table: databaseTableName) { table in
+            table.column("commit_id", .blob).primaryKey()
+            table.column("group_id", .text).notNull()
+            table.column("seq", .integer).notNull()
+            table.column("outcome", .text).notNull()
+            table.column("snapshot", .blob).notNull()
+        }
+    }
+}
+
+/// What became of one of this identity's commits.
+struct OwnCommit: Sendable, Equatable {
+    let groupID: String
+    let seq: UInt64
+    /// nil when applied; otherwise why every member rejected it.
+    let rejection: String?
+    /// The group state right after the commit.
+    let snapshot: WireGroupSnapshot
+}
+
+extension LocalStore {
+    /// Marks a group as diverged: this device was shown a history the other
+    /// members do not share. The first reason stays.
+    func setDivergence(_ reason: String, group: String) throws(LocalStoreError) {
+        try write { db in
+            guard var stored = try GroupInfoRecord.fetchOne(db, key: group), stored.divergence == nil else { return }
+            stored.divergence = reason
+            try stored.update(db)
+        }
+    }
+
+    func ownCommit(_ commitID: Data) throws(LocalStoreError) -> OwnCommit? {
+        try read { db in
+            try OwnCommitRecord.fetchOne(db, key: commitID).map { record in
+                OwnCommit(
+                    groupID: record.groupID, seq: UInt64(max(0, record.seq)),
+                    rejection: record.outcome == "applied" ? nil : record.outcome,
+                    snapshot: try WireGroupSnapshot(serializedBytes: record.snapshot))
+            }
+        }
+    }
+
+    func saveNewGroup(
+        _ record: GroupRecord, epochKey: (UInt64, SymmetricKey)?, cursor: UInt64, now: Date
+    ) throws(LocalStoreError) {
+        if let (epoch, key) = epochKey { try saveEpochKey(key, epoch: epoch, group: record.groupID) }
+        try saveAccessSecret(of: record)
+        try write { db in
+            try GroupInfoRecord(record, createdAt: now).insert(db, onConflict: .ignore)
+            guard db.changesCount > 0 else { throw LocalStoreError.failed("group \(record.groupID) exists") }
+            if let (epoch, _) = epochKey { try EpochKeyRecord.note(epoch: epoch, group: record.groupID, db) }
+            try CursorRecord.advance(record.topic, to: cursor, db)
+        }
+    }
+
+    func group(_ groupID: String) throws(LocalStoreError) -> GroupRecord? {
+        let record = try read { db in try GroupInfoRecord.fetchOne(db, key: groupID)?.groupRecord() }
+        return try record.map(withAccessSecret)
+    }
+
+    /// The topic access secret lives in the secret store, like every key.
+    private func withAccessSecret(_ record: GroupRecord) throws(LocalStoreError) -> GroupRecord {
+        var record = record
+        record.accessSecret = try secret(.topicAccess(record.topicID))
+        return record
+    }
+
+    private func saveAccessSecret(of record: GroupRecord) throws(LocalStoreError) {
+        if let secret = record.accessSecret { try setSecret(secret, .topicAccess(record.topicID)) }
+    }
+
+    /// Finds a group by id or by an unambiguous prefix of it, or by name.
+    func findGroup(_ reference: String) throws(LocalStoreError) -> [GroupRecord] {
+        let all = try groups()
+        if let exact = all.first(where: { $0.groupID == reference }) { return [exact] }
+        let byPrefix = all.filter { $0.groupID.hasPrefix(reference.lowercased()) }
+        if !byPrefix.isEmpty { return byPrefix }
+        return all.filter { $0.state.profile.name == reference }
+    }
+
+    func groups() throws(LocalStoreError) -> [GroupRecord] {
+        let records = try read { db in
+            try GroupInfoRecord.order(GroupInfoRecord.Columns.createdAtMs, GroupInfoRecord.Columns.groupID)
+                .fetchAll(db).map { try $0.groupRecord() }
+        }
+        var filled: [GroupRecord] = []
+        for record in records { filled.append(try withAccessSecret(record)) }
+        return filled
+    }
+
+    func epochKey(group: String, epoch: UInt64) throws(LocalStoreError) -> SymmetricKey? {
+        try secret(.epochKey(group: group, epoch: epoch)).map { SymmetricKey(data: $0) }
+    }
+
+    /// Stores the outcome of one group log entry atomically: the new state,
+    /// a new epoch key, a message, this identity's commit outcome and the
+    /// cursor.
+    @discardableResult
+    func ingestGroupEntry(
+        _ record: GroupRecord, seq: UInt64, epochKey: (UInt64, SymmetricKey)?, message: StoredMessage?,
+        inviteSeed: SymmetricKey? = nil, ownCommit: (commitID: Data, rejection: String?)? = nil,
+        accessSecretChanged: Bool = false
+    ) throws(LocalStoreError) -> Bool {
+        try Self.checkSeq(seq)
+        if accessSecretChanged { try saveAccessSecret(of: record) }
+        // Secrets first: a crash in between leaves an unused key, never a
+        // state that needs a key nobody stored.
+        if let (epoch, key) = epochKey { try saveEpochKey(key, epoch: epoch, group: record.groupID) }
+        if let inviteSeed { try saveInviteSeed(inviteSeed, group: record.groupID) }
+        return try write { db in
+            // Another process on this home got there first: its state is
+            // at least as new as this one, which must not overwrite it.
+            guard try CursorRecord.seq(of: record.topic, db) < seq else { return false }
+            try GroupInfoRecord.update(with: record, db)
+            if let ownCommit {
+                try OwnCommitRecord(
+                    commitID: ownCommit.commitID, groupID: record.groupID, seq: Int64(seq),
+                    outcome: ownCommit.rejection ?? "applied", snapshot: FrameCodec.encode(record.state.snapshot)
+                ).insert(db, onConflict: .ignore)
+            }
+            if let (epoch, _) = epochKey { try EpochKeyRecord.note(epoch: epoch, group: record.groupID, db) }
+            if inviteSeed != nil { try InviteSeedRecord.note(group: record.groupID, db) }
+            let inserted = try message.map { try MessageRecord.insert($0.namedByMemberRecord(in: record.state), db) }
+            try CursorRecord.advance(record.topic, to: seq, db)
+            return inserted ?? false
+        }
+    }
+
+    /// Stores a welcome's group, its key and group cursor, the welcome
+    /// message and the inbox cursor, in one transaction.
+    @discardableResult
+    func ingestWelcome(
+        _ record: GroupRecord, epochKey: (UInt64, SymmetricKey), groupCursor: UInt64, inboxTopic: TopicName,
+        inboxSeq: UInt64, message: StoredMessage, inviteSeed: SymmetricKey? = nil,
+        joinEvent: JoinEventForStore? = nil, now: Date
+    ) throws(LocalStoreError) -> Bool {
+        try Self.checkSeq(groupCursor)
+        try Self.checkSeq(inboxSeq)
+        try saveEpochKey(epochKey.1, epoch: epochKey.0, group: record.groupID)
+        try saveAccessSecret(of: record)
+        if let inviteSeed { try saveInviteSeed(inviteSeed, group: record.groupID) }
+        return try write { db in
+            // Another process on this home took this welcome already.
+            guard try CursorRecord.seq(of: inboxTopic, db) < inboxSeq else { return false }
+            try GroupInfoRecord(record, createdAt: now).insert(db, onConflict: .ignore)
+            try EpochKeyRecord.note(epoch: epochKey.0, group: record.groupID, db)
+            if inviteSeed != nil { try InviteSeedRecord.note(group: record.groupID, db) }
+            try CursorRecord.advance(record.topic, to: groupCursor, db)
+            let inserted = try MessageRecord.insert(message, db)
+            if let joinEvent { try JoinAttemptRecord.apply(joinEvent, at: now, db) }
+            try CursorRecord.advance(inboxTopic, to: inboxSeq, db)
+            return inserted
+        }
+    }
+
+    /// Removes a group from this device (its state, keys and messages). The
+    /// invite seed stays, so requests still arriving for it are answered
+    /// `conversation_not_found` instead of never.
+    func forgetGroup(_ groupID: String) throws(LocalStoreError) {
+        let epochs = try write { db in
+            let epochs = try EpochKeyRecord.filter(Column("group_id") == groupID).fetchAll(db).map(\.epoch)
+            _ = try GroupInfoRecord.deleteOne(db, key: groupID)
+            _ = try EpochKeyRecord.filter(Column("group_id") == groupID).deleteAll(db)
+            _ = try MessageRecord.filter(MessageRecord.Columns.conversation == groupID).deleteAll(db)
+            return epochs
+        }
+        // Keys after the records: a crash in between leaves unused keys.
+        for epoch in epochs { try removeSecret(.epochKey(group: groupID, epoch: UInt64(max(0, epoch)))) }
+    }
+
+    func saveEpochKey(_ key: SymmetricKey, epoch: UInt64, group: String) throws(LocalStoreError) {
+        try setSecret(key.withUnsafeBytes { Data($0) }, .epochKey(group: group, epoch: epoch))
+    }
+}
+
+extension StoredMessage {
+    /// A group message under the name of its sender's member record in
+    /// `state` (the group at the message's position in the log), which the
+    /// group's admins signed, rather than the name inside the message.
+    func namedByMemberRecord(in state: GroupState) -> StoredMessage {
+        guard let member = state.members[sender], member.identity.displayName != senderName else { return self }
+        return withSenderName(member.identity.displayName)
+    }
+}

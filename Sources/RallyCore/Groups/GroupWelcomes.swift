@@ -1,0 +1,239 @@
+import Crypto
+import Foundation
+import RallyCrypto
+import RallyWire
+
+/// How a welcome relates to this client's joins (``JoinService`` judges).
+enum WelcomeJoinMatch: Sendable {
+    /// A plain welcome (an admin added this member): no join involved.
+    case notAJoinAnswer
+    /// It names an invite but answers no join of this client's.
+    case unasked
+    /// It answers a join under way: the join ends with it.
+    case underWay(JoinEventForStore)
+    /// It answers a join this client cancelled: the group is taken only to
+    /// be left.
+    case cancelled
+}
+
+/// Welcomes: what an admin sends a newcomer, and how a newcomer checks one
+/// against the group's own log before it opens the group.
+struct GroupWelcomes: Sendable {
+    let context: ClientContext
+    let log: GroupLog
+    let messages: DirectMessageService
+
+    /// What a welcome for a member admitted through an invite carries.
+    struct InviteProof {
+        let tag: Data
+        let keys: InviteKeys
+        let requestID: Data
+    }
+
+    /// Sends a newcomer its welcome: the state right after its admission
+    /// commit, at that commit's seq, with the key that opens the commit, so
+    /// the newcomer checks the welcome against the log itself. Without an
+    /// admission (a joiner who is already a member), the welcome only ends
+    /// that join; it opens no group.
+    func send(
+        to newcomer: PublicIdentity, groupID: String, admission: Data?, invite: InviteProof? = nil
+    ) async throws(RallyClientError) {
+        let record = try log.group(groupID)
+        let store = context.store
+        var welcome = WireGroupWelcome()
+        welcome.groupID = groupID
+        welcome.topicID = record.topicID
+        try context.stored { () throws(LocalStoreError) in
+            guard let admission, let own = try store.ownCommit(admission), own.rejection == nil,
+                own.snapshot.epoch > 0,
+                let before = try store.epochKey(group: groupID, epoch: own.snapshot.epoch - 1),
+                let after = try store.epochKey(group: groupID, epoch: own.snapshot.epoch)
+            else { return }
+            welcome.snapshotSeq = own.seq
+            welcome.snapshot = own.snapshot
+            welcome.epochKey = after.withUnsafeBytes { Data($0) }
+            welcome.admissionCommitKey = CommitSealing.commitKey(epochKey: before).withUnsafeBytes { Data($0) }
+            welcome.epochLink = CommitSealing.epochLink(
+                previousEpochKey: before, groupID: groupID, epoch: own.snapshot.epoch,
+                transcript: own.snapshot.transcript)
+            welcome.topicAccessSecret = record.accessSecret ?? Data()
+            // A new admin gets the invite seed, so it can answer join requests.
+            if let seed = try store.inviteSeed(group: groupID),
+                let role = record.state.role(of: newcomer.inboxID), role >= .admin
+            {
+                welcome.inviteSeed = seed.withUnsafeBytes { Data($0) }
+            }
+        }
+        if let invite {
+            welcome.inviteTag = invite.tag.hexString
+            welcome.joinRequestID = invite.requestID
+            welcome.inviteProof = invite.keys.welcomeProof(
+                tag: invite.tag, groupID: groupID, newcomer: newcomer.inboxID, requestID: invite.requestID)
+        }
+        _ = try await messages.send(
+            welcome, codec: GroupWelcomeCodec(), to: newcomer.inboxID, messageID: nil, keepCopy: true)
+    }
+
+    /// What taking a welcome did.
+    struct Taken: Sendable {
+        /// Whether the welcome message was new to this home.
+        var isNew: Bool
+        /// A group opened only to be left (a join cancelled before its
+        /// answer came).
+        var leave: String?
+    }
+
+    /// Checks a welcome and, if it is sound, stores the group with the
+    /// message, in one transaction. A welcome that fails the checks is kept
+    /// as a message but opens no group, and hides no later welcome. Only a
+    /// failure to reach the relay throws: the welcome is read again on the
+    /// next sync.
+    func take(
+        _ welcome: WireGroupWelcome, message: StoredMessage, topic: TopicName, seq: UInt64, join: WelcomeJoinMatch
+    ) async throws(RallyClientError) -> Taken {
+        let store = context.store
+        func keepAsMessage(_ joinEvent: JoinEventForStore? = nil) throws(RallyClientError) -> Taken {
+            Taken(
+                isNew: try context.stored { () throws(LocalStoreError) in
+                    try store.ingest(
+                        topic: topic, seq: seq, message: message, joinEvent: joinEvent, now: context.clock.now())
+                })
+        }
+        var joinEvent: JoinEventForStore?
+        var leaveAfterwards = false
+        switch join {
+        case .notAJoinAnswer:
+            break
+        case .unasked:
+            context.logger.warning("ignoring a welcome from \(message.sender) for a join this client did not ask for")
+            return try keepAsMessage()
+        case .cancelled:
+            leaveAfterwards = true
+        case .underWay(let event):
+            joinEvent = event
+        }
+        if (try? store.group(welcome.groupID)) != nil {
+            return try keepAsMessage(
+                joinEvent.map { JoinEventForStore(tag: $0.tag, event: .alreadyMember(groupID: welcome.groupID)) })
+        }
+        let record: GroupRecord
+        switch try await verify(welcome) {
+        case .failure(let reason):
+            context.logger.warning("ignoring group welcome from \(message.sender): \(reason)")
+            return try keepAsMessage()
+        case .success(let verified):
+            record = verified
+        }
+        var inviteSeed: SymmetricKey?
+        if !welcome.inviteSeed.isEmpty, let keys = try? InviteKeys(seed: SymmetricKey(data: welcome.inviteSeed)),
+            let named = record.state.inviteIdentity, keys.identity.publicIdentity.hasSameKeys(as: named)
+        {
+            inviteSeed = keys.seed
+        }
+        let isNew = try context.stored { () throws(LocalStoreError) in
+            try store.ingestWelcome(
+                record, epochKey: (record.state.epoch, SymmetricKey(data: welcome.epochKey)),
+                groupCursor: welcome.snapshotSeq, inboxTopic: topic, inboxSeq: seq, message: message,
+                inviteSeed: inviteSeed, joinEvent: joinEvent, now: context.clock.now())
+        }
+        return Taken(isNew: isNew, leave: leaveAfterwards ? record.groupID : nil)
+    }
+
+    enum Problem: Error, CustomStringConvertible {
+        case malformed(String)
+        case notIncluded
+        case notInTheLog(String)
+
+        var description: String {
+            switch self {
+            case .malformed(let what): "malformed welcome: \(what)"
+            case .notIncluded: "the welcome's group does not include this member"
+            case .notInTheLog(let why): "the welcome does not match the group's log: \(why)"
+            }
+        }
+    }
+
+    /// A welcome opens a group only when the group's own log backs it: the
+    /// group id names the topic, the topic's access key reads the entry at
+    /// the snapshot's seq, that entry is a commit sealed under the given
+    /// commit key, signed by an admin, adding exactly this identity, and
+    /// the snapshot is the state that commit's transcript leads to.
+    private func verify(_ welcome: WireGroupWelcome) async throws(RallyClientError) -> Result<GroupRecord, Problem> {
+        let identity = context.identity
+        guard welcome.groupID == welcome.snapshot.groupID, (try? TopicName.group(welcome.topicID)) != nil,
+            welcome.groupID == GroupRecord.groupID(forTopicID: welcome.topicID)
+        else { return .failure(.malformed("the group id does not name its topic")) }
+        guard welcome.epochKey.count == EpochKeys.keyByteCount,
+            welcome.admissionCommitKey.count == EpochKeys.keyByteCount, welcome.snapshotSeq > 0,
+            let access = try? TopicAccess(secret: SymmetricKey(data: welcome.topicAccessSecret))
+        else { return .failure(.malformed("keys")) }
+        let state: GroupState
+        do {
+            state = try GroupState(snapshot: welcome.snapshot)
+        } catch {
+            return .failure(.malformed("snapshot"))
+        }
+        guard let me = state.members[identity.inboxID], me.identity.hasSameKeys(as: identity.publicIdentity) else {
+            return .failure(.notIncluded)
+        }
+        let topic = try! TopicName.group(welcome.topicID)
+        let envelope: WireEnvelope
+        switch try await readEntry(topic, seq: welcome.snapshotSeq, access: access) {
+        case .failure(let problem): return .failure(problem)
+        case .success(let read): envelope = read
+        }
+        guard envelope.control,
+            let entry = try? FrameCodec.decode(
+                WireGroupLogEntry.self, from: envelope.payload, limit: WireLimits.maxPayloadBytes),
+            case .sealedCommit(let sealed)? = entry.entry, sealed.epoch + 1 == state.epoch,
+            let signed = try? CommitSealing.open(
+                sealed, commitKey: SymmetricKey(data: welcome.admissionCommitKey), groupID: welcome.groupID),
+            let commit = try? VerifiedGroupCommit.verify(signed)
+        else { return .failure(.notInTheLog("entry #\(welcome.snapshotSeq) is not a commit of this group")) }
+        guard case .addMember(let add)? = commit.commit.action, commit.commit.groupID == welcome.groupID,
+            let added = try? PublicIdentity(wire: add.member), added.hasSameKeys(as: identity.publicIdentity)
+        else { return .failure(.notInTheLog("entry #\(welcome.snapshotSeq) does not add this member")) }
+        guard let author = state.members[commit.author.inboxID], author.role >= .admin,
+            author.identity.hasSameKeys(as: commit.author)
+        else { return .failure(.notInTheLog("the admission was not made by an admin")) }
+        guard
+            CommitSealing.transcript(after: commit.commit.parentTranscript, commitBytes: commit.signedBytes)
+                == state.transcript, commit.commit.parentTranscript == sealed.transcript
+        else { return .failure(.notInTheLog("the snapshot is not the state the admission leads to")) }
+        return .success(
+            GroupRecord(
+                groupID: welcome.groupID, topicID: welcome.topicID, state: state, status: .active,
+                accessSecret: access.secretBytes, epochLink: welcome.epochLink, lastControlSeq: welcome.snapshotSeq))
+    }
+
+    /// Reads the one entry at `seq` of a topic. Refusals mean the welcome's
+    /// key does not open this topic; failures to reach the relay throw.
+    private func readEntry(
+        _ topic: TopicName, seq: UInt64, access: TopicAccess
+    ) async throws(RallyClientError) -> Result<WireEnvelope, Problem> {
+        let link: any RelayLink
+        do {
+            link = try await context.links.connected()
+        } catch {
+            throw .relay(error)
+        }
+        let events = await link.subscribe(topic: topic, after: seq - 1, access: access)
+        do {
+            for try await event in events {
+                await link.unsubscribe(topic: topic)
+                switch event {
+                case .envelope(let envelope) where envelope.seq == seq: return .success(envelope)
+                case .envelope, .caughtUp: return .failure(.notInTheLog("no entry #\(seq)"))
+                }
+            }
+            return .failure(.notInTheLog("no entry #\(seq)"))
+        } catch let error as RelayClientError {
+            if case .refused = error, !error.isTransient {
+                return .failure(.notInTheLog("the relay refused the welcome's key: \(error)"))
+            }
+            throw .relay(error)
+        } catch {
+            throw .relay(.disconnected("\(error)"))
+        }
+    }
+}

@@ -1,0 +1,211 @@
+import Crypto
+import Foundation
+import GRDB
+import RallyCrypto
+import RallyWire
+
+/// That the secret store holds a group's invite seed (the seed itself is
+/// not in the database): this admin answers the group's join requests.
+struct InviteSeedRecord: Codable, FetchableRecord, PersistableRecord {
+    static let databaseTableName = "invite_seed"
+
+    var groupID: String
+    /// Empty since v4-secrets.
+    var seed = Data()
+
+    enum CodingKeys: String, CodingKey { case groupID = "group_id", seed }
+
+    static func createTable(_ db: Database) throws {
+        try db.create(table: databaseTableName) { table in
+            table.column("group_id", .text).primaryKey()
+            table.column("seed", .blob).notNull()
+        }
+    }
+
+    /// v4-secrets: the seeds move to the secret store.
+    static func moveSeedsToSecrets(_ db: Database) throws {
+        for record in try fetchAll(db) {
+            try SecretRecord.set(record.seed, named: .inviteSeed(group: record.groupID), db: db)
+        }
+        try db.execute(sql: "UPDATE invite_seed SET seed = x''")
+    }
+
+    static func note(group: String, _ db: Database) throws {
+        try InviteSeedRecord(groupID: group).insert(db, onConflict: .ignore)
+    }
+}
+
+/// The seed of an invite identity a rotation retired: the admins who stayed
+/// keep reading its join inbox, so a request made with an old invite is
+/// answered `invite_revoked` instead of never. The seed is in the secret
+/// store.
+struct RetiredInviteSeedRecord: Codable, FetchableRecord, PersistableRecord {
+    static let databaseTableName = "retired_invite_seed"
+
+    var groupID: String
+    /// The retired identity's inbox.
+    var inboxID: String
+
+    enum CodingKeys: String, CodingKey { case groupID = "group_id", inboxID = "inbox_id" }
+
+    static func createTable(_ db: Database) throws {
+        try db.create(table: databaseTableName) { table in
+            table.column("group_id", .text).notNull()
+            table.column("inbox_id", .text).notNull()
+            table.primaryKey(["group_id", "inbox_id"])
+        }
+    }
+}
+
+/// A join request this admin handled, and what it did: a request is
+/// handled once, ever.
+struct JoinRequestSeenRecord: Codable, FetchableRecord, PersistableRecord {
+    static let databaseTableName = "join_request_seen"
+
+    var requestID: String
+    var groupID: String
+    var joiner: String
+    var outcome: String
+    var detail: String?
+    var atMs: Int64
+
+    enum CodingKeys: String, CodingKey {
+        case requestID = "request_id", groupID = "group_id", joiner, outcome, detail, atMs = "at_ms"
+    }
+
+    static func createTable(_ db: Database) throws {
+        try db.create(table: databaseTableName) { table in
+            table.column("request_id", .text).primaryKey()
+            table.column("group_id", .text).notNull()
+            table.column("joiner", .text).notNull()
+            table.column("outcome", .text).notNull()
+            table.column("detail", .text)
+            table.column("at_ms", .integer).notNull()
+        }
+    }
+}
+
+/// A sender this admin blocked from one group's join requests.
+struct BlockedJoinSenderRecord: Codable, FetchableRecord, PersistableRecord {
+    static let databaseTableName = "blocked_join_sender"
+
+    var groupID: String
+    var inboxID: String
+    var reason: String
+    var atMs: Int64
+
+    enum CodingKeys: String, CodingKey { case groupID = "group_id", inboxID = "inbox_id", reason, atMs = "at_ms" }
+
+    enum Columns {
+        static let groupID = Column(CodingKeys.groupID)
+        static let atMs = Column(CodingKeys.atMs)
+    }
+
+    static func createTable(_ db: Database) throws {
+        try db.create(table: databaseTableName) { table in
+            table.column("group_id", .text).notNull()
+            table.column("inbox_id", .text).notNull()
+            table.column("reason", .text).notNull()
+            table.column("at_ms", .integer).notNull()
+            table.primaryKey(["group_id", "inbox_id"])
+        }
+    }
+
+    static func key(_ inbox: InboxID, group: String) -> [String: any DatabaseValueConvertible] {
+        ["group_id": group, "inbox_id": inbox.rawValue]
+    }
+}
+
+extension LocalStore {
+    // MARK: Invite seeds (admins)
+
+    /// Stores a group's invite seed. A seed it replaces (a rotation after
+    /// an admin lost their rights) is kept as retired: its join inbox is
+    /// still read, to answer requests made with old invites.
+    func saveInviteSeed(_ seed: SymmetricKey, group: String) throws(LocalStoreError) {
+        let bytes = seed.withUnsafeBytes { Data($0) }
+        if let old = try secret(.inviteSeed(group: group)), old != bytes,
+            let keys = try? InviteKeys(seed: SymmetricKey(data: old))
+        {
+            let inbox = keys.identity.inboxID.rawValue
+            try setSecret(old, .retiredInviteSeed(group: group, inbox: inbox))
+            try write { db in
+                try RetiredInviteSeedRecord(groupID: group, inboxID: inbox).insert(db, onConflict: .ignore)
+            }
+        }
+        try setSecret(bytes, .inviteSeed(group: group))
+    }
+
+    func inviteSeed(group: String) throws(LocalStoreError) -> SymmetricKey? {
+        try secret(.inviteSeed(group: group)).map { SymmetricKey(data: $0) }
+    }
+
+    /// Every invite seed this client holds, current and retired, by group.
+    func inviteSeeds() throws(LocalStoreError) -> [(groupID: String, seed: SymmetricKey)] {
+        let (groups, retired) = try read { db in
+            (
+                try InviteSeedRecord.order(Column("group_id")).fetchAll(db).map(\.groupID),
+                try RetiredInviteSeedRecord.order(Column("group_id")).fetchAll(db)
+            )
+        }
+        var seeds: [(groupID: String, seed: SymmetricKey)] = []
+        for group in groups {
+            if let seed = try inviteSeed(group: group) { seeds.append((groupID: group, seed: seed)) }
+        }
+        for record in retired {
+            if let seed = try secret(.retiredInviteSeed(group: record.groupID, inbox: record.inboxID)) {
+                seeds.append((groupID: record.groupID, seed: SymmetricKey(data: seed)))
+            }
+        }
+        return seeds
+    }
+
+    // MARK: Join requests (admins)
+
+    func joinRequestSeen(_ requestID: String) throws(LocalStoreError) -> Bool {
+        try read { db in try JoinRequestSeenRecord.exists(db, key: requestID) }
+    }
+
+    /// Records what was done with a request and moves the invite inbox's
+    /// cursor past it, in one transaction.
+    func finishJoinRequest(
+        requestID: String?, groupID: String, joiner: InboxID?, outcome: JoinRequestOutcome, detail: String?,
+        block: Bool, topic: TopicName, seq: UInt64, now: Date
+    ) throws(LocalStoreError) {
+        try Self.checkSeq(seq)
+        let at = ClientClock.millis(now)
+        try write { db in
+            if let requestID {
+                try JoinRequestSeenRecord(
+                    requestID: requestID, groupID: groupID, joiner: joiner?.rawValue ?? "", outcome: outcome.rawValue,
+                    detail: detail, atMs: at
+                ).insert(db, onConflict: .ignore)
+            }
+            if block, let joiner {
+                try BlockedJoinSenderRecord(groupID: groupID, inboxID: joiner.rawValue, reason: detail ?? "", atMs: at)
+                    .insert(db, onConflict: .ignore)
+            }
+            try CursorRecord.advance(topic, to: seq, db)
+        }
+    }
+
+    func isBlocked(_ inbox: InboxID, group: String) throws(LocalStoreError) -> Bool {
+        try read { db in try BlockedJoinSenderRecord.exists(db, key: BlockedJoinSenderRecord.key(inbox, group: group)) }
+    }
+
+    /// Senders blocked from a group's join requests, with why.
+    func blockedJoinSenders(group: String) throws(LocalStoreError) -> [(inbox: String, reason: String)] {
+        try read { db in
+            try BlockedJoinSenderRecord.filter(BlockedJoinSenderRecord.Columns.groupID == group)
+                .order(BlockedJoinSenderRecord.Columns.atMs).fetchAll(db).map { (inbox: $0.inboxID, reason: $0.reason) }
+        }
+    }
+
+    /// Lifts a block; returns whether there was one.
+    @discardableResult
+    func unblockJoinSender(_ inbox: InboxID, group: String) throws(LocalStoreError) -> Bool {
+        try write { db in
+            try BlockedJoinSenderRecord.deleteOne(db, key: BlockedJoinSenderRecord.key(inbox, group: group))
+        }
+    }
+}

@@ -1,0 +1,92 @@
+import Foundation
+import GRDB
+import RallyCrypto
+
+/// A join attempt as persisted between CLI invocations: the attempt itself
+/// as JSON, indexed by its invite tag so an answer finds it.
+struct JoinAttemptRecord: Codable, FetchableRecord, PersistableRecord {
+    static let databaseTableName = "join_attempt"
+
+    var requestID: String
+    var tag: String
+    var record: Data
+    var startedAtMs: Int64
+
+    enum CodingKeys: String, CodingKey {
+        case requestID = "request_id", tag, record, startedAtMs = "started_at_ms"
+    }
+
+    enum Columns {
+        static let tag = Column(CodingKeys.tag)
+        static let startedAtMs = Column(CodingKeys.startedAtMs)
+        static let requestID = Column(CodingKeys.requestID)
+    }
+
+    static func createTable(_ db: Database) throws {
+        try db.create(table: databaseTableName) { table in
+            table.column("request_id", .text).primaryKey()
+            table.column("tag", .text).notNull().indexed()
+            table.column("record", .blob).notNull()
+            table.column("started_at_ms", .integer).notNull()
+        }
+    }
+
+    init(_ attempt: JoinAttempt) throws {
+        requestID = attempt.requestID
+        tag = attempt.invite.tag
+        record = try JSONEncoder().encode(attempt)
+        startedAtMs = ClientClock.millis(attempt.startedAt)
+    }
+
+    func attempt() throws -> JoinAttempt { try JSONDecoder().decode(JoinAttempt.self, from: record) }
+
+    /// Applies an answer to every unfinished attempt with its tag; the state
+    /// machine drops what does not fit (wrong sender, already final).
+    static func apply(_ joinEvent: JoinEventForStore, at now: Date, _ db: Database) throws {
+        for stored in try filter(Columns.tag == joinEvent.tag).fetchAll(db) {
+            try apply(joinEvent.event, to: stored.attempt(), at: now, db)
+        }
+    }
+
+    /// Runs one attempt's state machine on `event`, saving the attempt if
+    /// the event moved it.
+    @discardableResult
+    static func apply(
+        _ event: JoinStateMachine.Event, to attempt: JoinAttempt, at now: Date, _ db: Database
+    ) throws
+        -> JoinAttempt
+    {
+        var attempt = attempt
+        var machine = attempt.machine
+        guard machine.apply(event) == nil else { return attempt }
+        attempt.adopt(machine.state, at: now)
+        try JoinAttemptRecord(attempt).save(db)
+        return attempt
+    }
+}
+
+extension LocalStore {
+    func saveJoinAttempt(_ attempt: JoinAttempt) throws(LocalStoreError) {
+        try write { db in try JoinAttemptRecord(attempt).save(db) }
+    }
+
+    /// Join attempts, newest first.
+    func joinAttempts() throws(LocalStoreError) -> [JoinAttempt] {
+        try read { db in
+            try JoinAttemptRecord.order(JoinAttemptRecord.Columns.startedAtMs.desc, JoinAttemptRecord.Columns.requestID)
+                .fetchAll(db).map { try $0.attempt() }
+        }
+    }
+
+    /// Applies a local event (sent, cancel) to one attempt and returns it
+    /// as it now stands; nil if there is no such attempt.
+    func updateJoinAttempt(
+        requestID: String, _ event: JoinStateMachine.Event, now: Date
+    ) throws(LocalStoreError) -> JoinAttempt? {
+        try write { db in
+            try JoinAttemptRecord.fetchOne(db, key: requestID).map {
+                try JoinAttemptRecord.apply(event, to: $0.attempt(), at: now, db)
+            }
+        }
+    }
+}

@@ -1,0 +1,38 @@
+import Foundation
+import GRDB
+import RallyWire
+
+/// How far this home has processed a topic: the seq of the last envelope
+/// stored. Cursors only move forward, so two processes on one home never
+/// move one back.
+struct CursorRecord: Codable, FetchableRecord, PersistableRecord {
+    static let databaseTableName = "cursor"
+
+    var topic: String
+    var seq: Int64
+
+    static func createTable(_ db: Database) throws {
+        try db.create(table: databaseTableName) { table in
+            table.column("topic", .text).primaryKey()
+            table.column("seq", .integer).notNull()
+        }
+    }
+
+    static func seq(of topic: TopicName, _ db: Database) throws -> UInt64 {
+        UInt64(max(0, try fetchOne(db, key: topic.rawValue)?.seq ?? 0))
+    }
+
+    /// Moves the cursor to `seq` unless it is already past it.
+    static func advance(_ topic: TopicName, to seq: UInt64, _ db: Database) throws {
+        let current = try self.seq(of: topic, db)
+        guard seq > current else { return }
+        try CursorRecord(topic: topic.rawValue, seq: Int64(seq)).save(db)
+    }
+}
+
+extension LocalStore {
+    /// The seq up to which this home has processed `topic` (0: nothing).
+    func cursor(for topic: TopicName) throws(LocalStoreError) -> UInt64 {
+        try read { db in try CursorRecord.seq(of: topic, db) }
+    }
+}

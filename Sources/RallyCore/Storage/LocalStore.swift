@@ -1,0 +1,251 @@
+import Foundation
+import GRDB
+import RallyCrypto
+import RallyWire
+
+/// A client's local database (`<home>/rally.sqlite`): one SQLite file with
+/// one migrator. Each table belongs to a GRDB record in the folder of the
+/// capability that uses it (`MessageRecord` in DirectMessages,
+/// `GroupInfoRecord` in Groups, …); this type only opens the database,
+/// runs the migrator and the transactions, and reaches the secret store.
+/// Several users on one machine use several homes.
+///
+/// Keys at rest: the home is a directory only its owner can open (0700; a
+/// laxer one is tightened, one owned by someone else is refused) and every
+/// file in it is owner-only (0600) whatever the umask: the database file is
+/// created 0600 before SQLite opens it, and SQLite gives its `-wal` and
+/// `-shm` files the database file's mode. Secret keys go through
+/// ``secrets`` (see ``SecretStore``).
+///
+/// Several processes may use one home at once (`rally watch` and other
+/// commands): the database runs in WAL mode with a busy timeout, every
+/// write is one `BEGIN IMMEDIATE` transaction that is retried while another
+/// process holds the lock, cursors only move forward, and ingesting an
+/// envelope some other process already ingested changes nothing.
+final class LocalStore: Sendable {
+    static let fileName = "rally.sqlite"
+
+    /// How long a statement waits for another process's lock before
+    /// SQLite reports `SQLITE_BUSY`.
+    static let busyTimeout: TimeInterval = 10
+    /// How often a transaction that still met `SQLITE_BUSY` is run again.
+    static let busyRetries = 20
+
+    // GRDB's DatabaseQueue serializes all access itself and is Sendable.
+    private let queue: DatabaseQueue
+    let home: URL
+    /// Where the identity's private keys, epoch keys and invite seeds are
+    /// kept: by default a table of this owner-only database.
+    let secrets: any SecretStore
+
+    /// Opens (creating if needed) the store in `home`. Secret keys go to
+    /// `secrets`, or, without one, to the home's owner-only database.
+    init(home: URL, secrets: (any SecretStore)? = nil) throws(LocalStoreError) {
+        self.home = home
+        do {
+            try OwnerOnly.prepareDirectory(home)
+            let path = home.appendingPathComponent(Self.fileName).path
+            // Created owner-only before SQLite opens it: SQLite creates the
+            // -wal and -shm files with the database file's mode.
+            try OwnerOnly.createFile(path)
+            var configuration = Configuration()
+            configuration.journalMode = .wal
+            configuration.busyMode = .timeout(Self.busyTimeout)
+            let opened = try Self.retryingBusy { try DatabaseQueue(path: path, configuration: configuration) }
+            try Self.retryingBusy { try Self.migrator.migrate(opened) }
+            queue = opened
+            // Files left by older versions or written laxly: owner-only.
+            try OwnerOnly.tightenFiles(in: home, database: Self.fileName)
+        } catch LocalStoreError.unavailable(let path, let reason) where path != home.path {
+            throw .unavailable(path: home.path, reason: "\(path): \(reason)")
+        } catch let error as LocalStoreError {
+            throw error
+        } catch {
+            throw .unavailable(path: home.path, reason: "\(error)")
+        }
+        let own = DatabaseSecretStore(queue: queue)
+        self.secrets = secrets ?? own
+        if secrets != nil { try Self.handOverSecrets(from: own, queue: queue, to: self.secrets) }
+    }
+
+    /// Moves the secrets a home kept in its database to the store the
+    /// caller chose, then deletes them from the database.
+    private static func handOverSecrets(
+        from own: DatabaseSecretStore, queue: DatabaseQueue, to target: any SecretStore
+    ) throws(LocalStoreError) {
+        let names = try read(queue) { db in try SecretRecord.names(db) }
+        for raw in names {
+            let name = SecretName(rawValue: raw)
+            do {
+                guard let value = try own.secret(named: name) else { continue }
+                try target.setSecret(value, named: name)
+                try own.removeSecret(named: name)
+            } catch {
+                throw .failed("cannot move secret \(name) to the secret store: \(error)")
+            }
+        }
+    }
+
+    /// The home's one migrator. Each table is defined by the record that
+    /// owns it; the migrations keep the names and order earlier versions
+    /// applied, so any home, however old, ends in the same schema.
+    static var migrator: DatabaseMigrator {
+        var migrator = DatabaseMigrator()
+        migrator.registerMigration("v1") { db in
+            try IdentityRecord.createTable(db)
+            try ContactRecord.createTable(db)
+            try CursorRecord.createTable(db)
+            try MessageRecord.createTable(db)
+        }
+        migrator.registerMigration("v2-groups") { db in
+            try GroupInfoRecord.createTable(db)
+            try EpochKeyRecord.createTable(db)
+        }
+        migrator.registerMigration("v4-untrusted-relay") { db in
+            try GroupInfoRecord.addChainColumns(db)
+            try OwnCommitRecord.createTable(db)
+        }
+        migrator.registerMigration("v3-invites") { db in
+            try InviteSeedRecord.createTable(db)
+            try JoinAttemptRecord.createTable(db)
+            try JoinRequestSeenRecord.createTable(db)
+            // Blocks were global until v4-blocks-per-group dropped this table.
+            try db.create(table: "blocked_inbox") { table in
+                table.column("inbox_id", .text).primaryKey()
+                table.column("reason", .text).notNull()
+                table.column("at_ms", .integer).notNull()
+            }
+        }
+        migrator.registerMigration("v4-blocks-per-group") { db in
+            // A block now holds for one group's join requests and can be lifted.
+            try BlockedJoinSenderRecord.createTable(db)
+            try db.drop(table: "blocked_inbox")
+            try RetiredInviteSeedRecord.createTable(db)
+        }
+        migrator.registerMigration("v4-secrets") { db in
+            // Secret keys move to the secret store (by default this table);
+            // the tables that held them keep only which ones exist.
+            try SecretRecord.createTable(db)
+            try IdentityRecord.moveKeysToSecrets(db)
+            try EpochKeyRecord.moveKeysToSecrets(db)
+            try InviteSeedRecord.moveSeedsToSecrets(db)
+        }
+        return migrator
+    }
+
+    // MARK: Secrets
+
+    func secret(_ name: SecretName) throws(LocalStoreError) -> Data? {
+        do {
+            return try secrets.secret(named: name)
+        } catch let error as LocalStoreError {
+            throw error
+        } catch {
+            throw .failed("secret store: cannot read \(name): \(error)")
+        }
+    }
+
+    func setSecret(_ value: Data, _ name: SecretName) throws(LocalStoreError) {
+        do {
+            try secrets.setSecret(value, named: name)
+        } catch let error as LocalStoreError {
+            throw error
+        } catch {
+            throw .failed("secret store: cannot write \(name): \(error)")
+        }
+    }
+
+    func removeSecret(_ name: SecretName) throws(LocalStoreError) {
+        do {
+            try secrets.removeSecret(named: name)
+        } catch let error as LocalStoreError {
+            throw error
+        } catch {
+            throw .failed("secret store: cannot delete \(name): \(error)")
+        }
+    }
+
+    /// SQLite integers are signed 64-bit; a relay seq beyond that is not
+    /// one a real relay produces and is refused rather than trapping.
+    static func checkSeq(_ seq: UInt64) throws(LocalStoreError) {
+        guard Int64(exactly: seq) != nil else { throw .corrupt("relay sequence number \(seq) is out of range") }
+    }
+
+    // MARK: Plumbing
+
+    func read<T>(_ body: (Database) throws -> T) throws(LocalStoreError) -> T {
+        try Self.read(queue, body)
+    }
+
+    /// Runs `body` in one write transaction (see ``write(_:_:)``).
+    func write<T>(_ body: (Database) throws -> T) throws(LocalStoreError) -> T {
+        try Self.write(queue, body)
+    }
+
+    static func read<T>(_ queue: DatabaseQueue, _ body: (Database) throws -> T) throws(LocalStoreError) -> T {
+        do {
+            return try retryingBusy { try queue.read(body) }
+        } catch let error as LocalStoreError {
+            throw error
+        } catch {
+            throw .failed("\(error)")
+        }
+    }
+
+    /// Runs `body` in a `BEGIN IMMEDIATE` transaction: it takes the write
+    /// lock before reading, so what it reads cannot change under it in
+    /// another process before it commits. A transaction that still meets
+    /// `SQLITE_BUSY` after the busy timeout is rolled back and run again.
+    static func write<T>(_ queue: DatabaseQueue, _ body: (Database) throws -> T) throws(LocalStoreError) -> T {
+        do {
+            return try retryingBusy {
+                try queue.writeWithoutTransaction { db in
+                    var result: T?
+                    try db.inTransaction(.immediate) {
+                        result = try body(db)
+                        return .commit
+                    }
+                    // inTransaction returned without throwing: body ran.
+                    return result!
+                }
+            }
+        } catch let error as LocalStoreError {
+            throw error
+        } catch {
+            throw .failed("\(error)")
+        }
+    }
+
+    /// Runs `operation` again while SQLite answers `SQLITE_BUSY` (another
+    /// process holds the lock longer than the busy timeout, or a snapshot
+    /// went stale), a bounded number of times.
+    static func retryingBusy<T>(_ operation: () throws -> T) throws -> T {
+        var attempt = 0
+        while true {
+            do {
+                return try operation()
+            } catch let error as DatabaseError where error.resultCode == .SQLITE_BUSY && attempt < busyRetries {
+                attempt += 1
+                // A short, growing pause lets the other process finish.
+                Thread.sleep(forTimeInterval: 0.005 * Double(min(attempt, 10)))
+            }
+        }
+    }
+
+}
+
+public enum LocalStoreError: Error, Equatable, Sendable, CustomStringConvertible {
+    case unavailable(path: String, reason: String)
+    case identityExists(String)
+    case corrupt(String)
+    case failed(String)
+
+    public var description: String {
+        switch self {
+        case .unavailable(let path, let reason): "cannot open the local store in \(path): \(reason)"
+        case .identityExists(let path): "\(path) already holds an identity; use another --home"
+        case .corrupt(let what): "local store is corrupt: \(what)"
+        case .failed(let reason): "local store error: \(reason)"
+        }
+    }
+}
