@@ -29,14 +29,14 @@ struct GroupClientSim {
 
     func keyBytes(_ epoch: UInt64) -> Data? { keys[epoch].map { $0.withUnsafeBytes { Data($0) } } }
 
-    /// A commit building on this member's state, as `newCommit(on:)` makes it.
+    /// A commit building on this member's state, drafted as the SDK drafts it.
     func commit(_ action: WireGroupCommit.OneOf_Action?) -> WireGroupCommit {
         GroupTest.commit(action, by: identity, on: record.state)
     }
 
-    /// The log entry of `commit`, signed by this member and sealed as
-    /// `RallyClient.sealedEntry` seals it: under the commit key of the
-    /// commit's epoch, with this member's transcript and epoch link.
+    /// The log entry of `commit`, signed by this member and sealed as the
+    /// SDK seals it: under the commit key of the commit's epoch, with this
+    /// member's transcript and epoch link.
     func sealedEntry(_ commit: WireGroupCommit) throws -> Data {
         let key = try #require(keys[commit.epoch], "\(identity.displayName) has no key for epoch \(commit.epoch)")
         return GroupTest.entryPayload(

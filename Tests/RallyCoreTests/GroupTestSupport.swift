@@ -1,9 +1,10 @@
 import Crypto
 import Foundation
-import RallyCore
 import RallyCrypto
 import RallyTestSupport
 import RallyWire
+
+@testable import RallyCore
 
 /// A fresh epoch key as the remover / rekeyer seals it.
 struct GroupFreshKey {
@@ -14,8 +15,9 @@ struct GroupFreshKey {
     var bytes: Data { key.withUnsafeBytes { Data($0) } }
 }
 
-/// Builds group commits the way `RallyClient+Groups` does, signed with real
-/// identities.
+/// Builds group commits with the SDK's own drafting and sealing
+/// (`CommitDraft`), signed with real identities; and, for the rules' edge
+/// cases, commits that deliberately do not build on a state.
 enum GroupTest {
     static let groupID = "00112233445566778899aabbccddeeff"
     static let otherGroupID = "ffeeddccbbaa99887766554433221100"
@@ -49,15 +51,17 @@ enum GroupTest {
         return commit
     }
 
-    /// A commit building on `state`, as `RallyClient.newCommit(on:)` makes
-    /// it: the state's epoch and transcript.
+    /// A commit building on `state`, drafted as the SDK drafts it.
     static func commit(
         _ action: WireGroupCommit.OneOf_Action?, by author: Identity, on state: GroupState, groupID: String? = nil,
         id: Data = MessageSealing.newMessageID()
     ) -> WireGroupCommit {
-        commit(
-            action, by: author, epoch: state.epoch, groupID: groupID ?? state.groupID, id: id,
-            parentTranscript: state.transcript)
+        var commit = CommitDraft.on(
+            state, by: author.publicIdentity, at: Date(timeIntervalSince1970: 1_700_000_000 + Double(state.epoch)),
+            id: id)
+        if let groupID { commit.groupID = groupID }
+        commit.action = action
+        return commit
     }
 
     static func profile(_ name: String, _ description: String = "") -> WireGroupProfile {
@@ -137,18 +141,14 @@ enum GroupTest {
         try VerifiedGroupCommit.verify(signed(commit, by: identity))
     }
 
-    /// A signed commit sealed as `RallyClient.sealedEntry` seals it: under
-    /// the commit key of the epoch it builds on, with that epoch's
-    /// transcript and epoch link.
+    /// A signed commit sealed as the SDK seals it: under the commit key of
+    /// the epoch it builds on, with that epoch's transcript and epoch link.
     static func sealed(
         _ signed: WireSignedGroupCommit, epoch: UInt64, epochKey: SymmetricKey, groupID: String = groupID,
         transcript: Data = Data(), epochLink: Data = Data()
     ) throws -> WireSealedGroupCommit {
-        var sealed = try CommitSealing.seal(
-            signed, commitKey: CommitSealing.commitKey(epochKey: epochKey), groupID: groupID, epoch: epoch)
-        sealed.transcript = transcript
-        sealed.epochLink = epochLink
-        return sealed
+        try CommitDraft.sealed(
+            signed, epoch: epoch, epochKey: epochKey, groupID: groupID, transcript: transcript, epochLink: epochLink)
     }
 
     /// The log entry bytes a relay carries for a sealed commit.

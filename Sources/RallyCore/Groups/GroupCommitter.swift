@@ -64,14 +64,7 @@ struct GroupCommitter: Sendable {
 
     /// A commit building on `state`: its epoch and transcript.
     func newCommit(on state: GroupState) -> WireGroupCommit {
-        var commit = WireGroupCommit()
-        commit.groupID = state.groupID
-        commit.epoch = state.epoch
-        commit.parentTranscript = state.transcript
-        commit.commitID = MessageSealing.newMessageID()
-        commit.author = context.identity.publicIdentity.wireBundle
-        commit.createdAtMs = ClientClock.millis(context.clock.now())
-        return commit
+        CommitDraft.on(state, by: context.identity.publicIdentity, at: context.clock.now())
     }
 
     /// Seals a fresh epoch key to `members` for the epoch the commit starts.
@@ -145,12 +138,9 @@ struct GroupCommitter: Sendable {
         var entry = WireGroupLogEntry()
         var rotateTo: Data?
         do {
-            var sealed = try CommitSealing.seal(
-                VerifiedGroupCommit.sign(commit, by: identity), commitKey: CommitSealing.commitKey(epochKey: epochKey),
-                groupID: record.groupID, epoch: commit.epoch)
-            sealed.transcript = record.state.transcript
-            sealed.epochLink = record.epochLink
-            entry.sealedCommit = sealed
+            entry.sealedCommit = try CommitDraft.sealed(
+                VerifiedGroupCommit.sign(commit, by: identity), epoch: commit.epoch, epochKey: epochKey,
+                groupID: record.groupID, transcript: record.state.transcript, epochLink: record.epochLink)
             if !commit.epochKeys.isEmpty {
                 // This client is among the members the fresh key is sealed to.
                 let fresh = try EpochKeys.open(
@@ -159,7 +149,7 @@ struct GroupCommitter: Sendable {
                 rotateTo = try TopicAccess(secret: TopicAccess.secret(fromEpochKey: fresh)).publicKey
             }
         } catch {
-            throw .recipientKeysInvalid(identity.inboxID, reason: error.description)
+            throw .recipientKeysInvalid(identity.inboxID, reason: "\(error)")
         }
         return (entry, rotateTo)
     }
