@@ -30,13 +30,10 @@ let package = Package(
         .package(url: "https://github.com/hummingbird-project/hummingbird-websocket.git", from: "2.8.1"),
         .package(url: "https://github.com/groue/GRDB.swift.git", from: "7.10.0"),
         .package(url: "https://github.com/apple/swift-http-types.git", from: "1.8.0"),
+        .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.3"),
+        .package(url: "https://github.com/adam-fowler/compress-nio.git", from: "1.5.0"),
     ],
     targets: [
-        .systemLibrary(
-            name: "CZlib",
-            path: "Sources/CZlib",
-            providers: [.apt(["zlib1g-dev"])]
-        ),
         .target(
             name: "RallyWire",
             dependencies: [.product(name: "SwiftProtobuf", package: "swift-protobuf")],
@@ -72,7 +69,8 @@ let package = Package(
             dependencies: [
                 "RallyWire",
                 "RallyCrypto",
-                "CZlib",
+                .product(name: "CompressNIO", package: "compress-nio"),
+                .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
                 .product(name: "Logging", package: "swift-log"),
@@ -81,7 +79,10 @@ let package = Package(
         ),
         .target(
             name: "RallyQR",
-            dependencies: ["CZlib"],
+            dependencies: [
+                .product(name: "CompressNIO", package: "compress-nio"),
+                .product(name: "NIOCore", package: "swift-nio"),
+            ],
             swiftSettings: strict
         ),
         .target(
@@ -146,7 +147,12 @@ let package = Package(
         ),
         .testTarget(
             name: "RallyQRTests",
-            dependencies: ["RallyQR", "RallyTestSupport"],
+            dependencies: [
+                "RallyQR", "RallyTestSupport",
+                // Inflates the PNG's IDAT stream in the PNG tests.
+                .product(name: "CompressNIO", package: "compress-nio"),
+                .product(name: "NIOCore", package: "swift-nio"),
+            ],
             swiftSettings: strict
         ),
         .testTarget(
