@@ -15,7 +15,6 @@ let package = Package(
         .library(name: "RallyRelay", targets: ["RallyRelay"]),
         .library(name: "RallyCore", targets: ["RallyCore"]),
         .library(name: "RallyViewModels", targets: ["RallyViewModels"]),
-        .library(name: "RallyQR", targets: ["RallyQR"]),
         .executable(name: "rally", targets: ["rally"]),
     ],
     dependencies: [
