@@ -16,6 +16,7 @@ let package = Package(
         .library(name: "RallyCore", targets: ["RallyCore"]),
         .library(name: "RallyViewModels", targets: ["RallyViewModels"]),
         .executable(name: "rally", targets: ["rally"]),
+        .executable(name: "rally-bench", targets: ["rally-bench"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-protobuf.git", from: "1.39.0"),
@@ -106,6 +107,18 @@ let package = Package(
                 "RallyCLI",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
+            swiftSettings: strict
+        ),
+        // Benchmarks that print measurements; see the README.
+        .executableTarget(
+            name: "rally-bench",
+            dependencies: [
+                "RallyCore", "RallyRelay", "RallyCrypto", "RallyWire",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            path: "Sources/RallyBench",
             swiftSettings: strict
         ),
         // libFuzzer target for invite decoding; see scripts/fuzz-invite.sh.

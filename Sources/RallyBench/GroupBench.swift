@@ -6,7 +6,7 @@ import RallyCore
 import RallyCrypto
 import RallyWire
 
-/// `rally bench group`: fan-out latency of one group message to every
+/// `rally-bench group`: fan-out latency of one group message to every
 /// member for several group sizes, and the CPU cost of a removal (rekey)
 /// against group size. Prints numbers; asserts nothing.
 struct GroupBench: AsyncParsableCommand {
