@@ -16,8 +16,8 @@ let package = Package(
         .library(name: "RallyCore", targets: ["RallyCore"]),
         .library(name: "RallyViewModels", targets: ["RallyViewModels"]),
         .library(name: "RallyTesting", targets: ["RallyTesting"]),
-        .library(name: "RallyQR", targets: ["RallyQR"]),
         .executable(name: "rally", targets: ["rally"]),
+        .executable(name: "rally-bench", targets: ["rally-bench"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-protobuf.git", from: "1.39.0"),
@@ -31,13 +31,10 @@ let package = Package(
         .package(url: "https://github.com/hummingbird-project/hummingbird-websocket.git", from: "2.8.1"),
         .package(url: "https://github.com/groue/GRDB.swift.git", from: "7.10.0"),
         .package(url: "https://github.com/apple/swift-http-types.git", from: "1.8.0"),
+        .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.3"),
+        .package(url: "https://github.com/adam-fowler/compress-nio.git", from: "1.5.0"),
     ],
     targets: [
-        .systemLibrary(
-            name: "CZlib",
-            path: "Sources/CZlib",
-            providers: [.apt(["zlib1g-dev"])]
-        ),
         .target(
             name: "RallyWire",
             dependencies: [.product(name: "SwiftProtobuf", package: "swift-protobuf")],
@@ -73,7 +70,8 @@ let package = Package(
             dependencies: [
                 "RallyWire",
                 "RallyCrypto",
-                "CZlib",
+                .product(name: "CompressNIO", package: "compress-nio"),
+                .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
                 .product(name: "Logging", package: "swift-log"),
@@ -89,7 +87,10 @@ let package = Package(
         ),
         .target(
             name: "RallyQR",
-            dependencies: ["CZlib"],
+            dependencies: [
+                .product(name: "CompressNIO", package: "compress-nio"),
+                .product(name: "NIOCore", package: "swift-nio"),
+            ],
             swiftSettings: strict
         ),
         .target(
@@ -114,6 +115,18 @@ let package = Package(
                 "RallyCLI",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
+            swiftSettings: strict
+        ),
+        // Benchmarks that print measurements; see the README.
+        .executableTarget(
+            name: "rally-bench",
+            dependencies: [
+                "RallyCore", "RallyRelay", "RallyCrypto", "RallyWire",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            path: "Sources/RallyBench",
             swiftSettings: strict
         ),
         // libFuzzer target for invite decoding; see scripts/fuzz-invite.sh.
@@ -154,7 +167,12 @@ let package = Package(
         ),
         .testTarget(
             name: "RallyQRTests",
-            dependencies: ["RallyQR", "RallyTestSupport"],
+            dependencies: [
+                "RallyQR", "RallyTestSupport",
+                // Inflates the PNG's IDAT stream in the PNG tests.
+                .product(name: "CompressNIO", package: "compress-nio"),
+                .product(name: "NIOCore", package: "swift-nio"),
+            ],
             swiftSettings: strict
         ),
         .testTarget(

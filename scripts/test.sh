@@ -4,8 +4,9 @@
 # arguments (e.g. `scripts/test.sh --filter LocalStore`) and exits with its
 # status.
 #
-# Needed on Debian/Ubuntu: zlib1g-dev and libsqlite3-dev (the build) and
-# zbar-tools (`zbarimg`, the real QR decoder the QR tests read codes with).
+# Needed on Debian/Ubuntu: zlib1g-dev (CompressNIO builds against the system
+# zlib) and libsqlite3-dev (the build) and zbar-tools (`zbarimg`, the real QR
+# decoder the QR tests read codes with).
 # As root they are installed with apt-get; otherwise the script names the
 # packages to install and stops before running anything.
 set -euo pipefail

@@ -10,7 +10,7 @@ public struct RallyCommand: AsyncParsableCommand {
         abstract: "End-to-end encrypted invites, groups and messages over an untrusted relay.",
         subcommands: [
             RelayCommand.self, IDCommand.self, DMCommand.self, GroupCommand.self, InviteCommand.self,
-            JoinCommand.self, WatchCommand.self, DemoCommand.self, BenchCommand.self,
+            JoinCommand.self, WatchCommand.self, DemoCommand.self,
         ])
 
     public init() {}

@@ -1,5 +1,6 @@
-import CZlib
+import CompressNIO
 import Foundation
+import NIOCore
 
 extension QRCode {
     /// Quiet-zone widths the renderers accept. The spec asks for 4 modules;
@@ -107,27 +108,44 @@ enum PNG {
         png.appendBigEndian(crc32(of: body))
     }
 
+    /// CRC-32 as PNG (and zlib, gzip, ISO 3309) computes it: reflected
+    /// polynomial 0xEDB88320, initial value and final XOR 0xFFFFFFFF; the
+    /// check value of "123456789" is 0xCBF43926. CompressNIO keeps zlib's
+    /// own `crc32` to itself, so this is the classic byte-at-a-time table.
     static func crc32(of data: Data) -> UInt32 {
-        let crc = data.withUnsafeBytes { buffer in
-            CZlib.crc32(0, buffer.bindMemory(to: Bytef.self).baseAddress, uInt(buffer.count))
+        var crc: UInt32 = 0xFFFF_FFFF
+        for byte in data {
+            crc = crcTable[Int(UInt8(truncatingIfNeeded: crc) ^ byte)] ^ (crc >> 8)
         }
-        return UInt32(truncatingIfNeeded: crc)
+        return ~crc
     }
 
-    /// A zlib stream (what IDAT holds), at maximum compression since the
-    /// images are small and written once.
+    /// `crcTable[n]` is the CRC of the single byte `n` (before the final XOR).
+    static let crcTable: [UInt32] = (0...255).map { (n: UInt32) in
+        var c = n
+        for _ in 0..<8 { c = c & 1 == 1 ? 0xEDB8_8320 ^ (c >> 1) : c >> 1 }
+        return c
+    }
+
+    /// A zlib stream (what IDAT holds: RFC 1950, deflate with zlib's header
+    /// and Adler-32 trailer, i.e. CompressNIO's `.zlib`, not its raw
+    /// `.deflate`), at maximum compression since the images are small and
+    /// written once.
     static func zlibCompress(_ input: [UInt8]) -> Data {
-        var length = compressBound(uLong(input.count))
-        var output = [UInt8](repeating: 0, count: Int(length))
-        let status = input.withUnsafeBufferPointer { source in
-            output.withUnsafeMutableBufferPointer { destination in
-                compress2(destination.baseAddress, &length, source.baseAddress, uLong(source.count), Z_BEST_COMPRESSION)
-            }
+        var source = ByteBuffer(bytes: input)
+        var packed = ByteBuffer()
+        do {
+            let deflater = try ZlibCompressor(
+                algorithm: .zlib, configuration: ZlibConfiguration(compressionLevel: .bestCompression))
+            // maxSize (deflateBound) is room for the whole stream in one call.
+            packed.reserveCapacity(deflater.maxSize(from: source))
+            try deflater.deflate(from: &source, to: &packed, flush: .finish)
+        } catch {
+            // Only running out of memory can fail here, and there is no
+            // sensible image to return then.
+            preconditionFailure("zlib deflate failed: \(error)")
         }
-        // compressBound guarantees the room, so only running out of memory
-        // can fail here, and there is no sensible image to return then.
-        precondition(status == Z_OK, "zlib compress2 failed with status \(status)")
-        return Data(output[0..<Int(length)])
+        return Data(packed.readableBytesView)
     }
 }
 

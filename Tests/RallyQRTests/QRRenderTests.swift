@@ -1,7 +1,9 @@
-import CZlib
+import CompressNIO
 import Foundation
-import RallyQR
+import NIOCore
 import Testing
+
+@testable import RallyQR
 
 @Suite("QR rendering")
 struct QRRenderTests {
@@ -111,17 +113,21 @@ struct QRRenderTests {
         #expect(Array(header[8...]) == [1, 0, 0, 0, 0])  // 1-bit grayscale, no interlace
         #expect(chunks[2].data.isEmpty)
 
+        // IDAT is a zlib stream (RFC 1950): CMF says deflate with a 32 KiB
+        // window and CMF·256 + FLG is a multiple of 31.
+        let idat = chunks[1].data
+        #expect(idat[0] == 0x78)
+        #expect((Int(idat[0]) << 8 | Int(idat[1])) % 31 == 0)
+
         // Inflate IDAT and check every pixel against the modules.
         let rowBytes = (side + 7) / 8
-        var raw = [UInt8](repeating: 0, count: (rowBytes + 1) * side)
-        var rawLength = uLongf(raw.count)
-        let status = chunks[1].data.withUnsafeBufferPointer { source in
-            raw.withUnsafeMutableBufferPointer { destination in
-                uncompress(destination.baseAddress, &rawLength, source.baseAddress, uLong(source.count))
-            }
-        }
-        #expect(status == Z_OK)
-        #expect(Int(rawLength) == raw.count)
+        var source = ByteBuffer(bytes: idat)
+        var inflated = ByteBuffer()
+        inflated.reserveCapacity((rowBytes + 1) * side)
+        try ZlibDecompressor(algorithm: .zlib).inflate(from: &source, to: &inflated)
+        #expect(source.readableBytes == 0)
+        let raw = Array(inflated.readableBytesView)
+        try #require(raw.count == (rowBytes + 1) * side)
         for py in 0..<side {
             let row = py * (rowBytes + 1)
             #expect(raw[row] == 0, "filter type of row \(py)")
@@ -133,6 +139,23 @@ struct QRRenderTests {
                 }
             }
         }
+    }
+
+    @Test func crc32MatchesKnownValues() {
+        // The CRC-32 check value, and the CRC every PNG's IEND chunk carries.
+        #expect(PNG.crc32(of: Data("123456789".utf8)) == 0xCBF4_3926)
+        #expect(PNG.crc32(of: Data("IEND".utf8)) == 0xAE42_6082)
+        #expect(PNG.crc32(of: Data()) == 0)
+        var generator = SystemRandomNumberGenerator()
+        for length in [1, 7, 100, 4_096] {
+            let bytes = (0..<length).map { _ in UInt8.random(in: 0...255, using: &generator) }
+            #expect(PNG.crc32(of: Data(bytes)) == Self.crc32(bytes), "\(length) random bytes")
+        }
+    }
+
+    @Test func pngEndsWithTheStandardIENDChunk() {
+        let iend: [UInt8] = [0, 0, 0, 0, 0x49, 0x45, 0x4E, 0x44, 0xAE, 0x42, 0x60, 0x82]
+        #expect(Array(Self.code.pngData().suffix(12)) == iend)
     }
 
     @Test func pngLimitsAreClamped() {

@@ -1,15 +1,18 @@
-import CZlib
+import CompressNIO
 import Foundation
+import NIOCore
 import RallyWire
 
 /// Raw DEFLATE (RFC 1951) and gzip, with a hard limit on the inflated size
-/// so that a small hostile input cannot expand into gigabytes.
+/// so that a small hostile input cannot expand into gigabytes. The codec is
+/// zlib through CompressNIO; this type adds the limit, checked while
+/// inflating, and tells a stream that ends early from one that is wrong.
 public enum Deflate {
     public enum Format: Sendable {
         case raw
         case gzip
 
-        var windowBits: Int32 { self == .raw ? -15 : 15 + 16 }
+        var algorithm: ZlibAlgorithm { self == .raw ? .deflate : .gzip }
     }
 
     public enum Failure: Error, Equatable, Sendable, CustomStringConvertible {
@@ -26,66 +29,71 @@ public enum Deflate {
         }
     }
 
+    /// Output is inflated into a buffer of at most this many bytes at a
+    /// time, so memory stays within the limit plus one chunk.
+    static let chunkSize = 16 * 1024
+
     public static func compress(_ input: Data, format: Format = .raw) -> Data {
-        var stream = z_stream()
-        guard
-            deflateInit2_(
-                &stream, Z_BEST_COMPRESSION, Z_DEFLATED, format.windowBits, 8, Z_DEFAULT_STRATEGY, ZLIB_VERSION,
-                Int32(MemoryLayout<z_stream>.size)) == Z_OK
-        else { return Data() }
-        defer { deflateEnd(&stream) }
-        let bound = Int(deflateBound(&stream, uLong(input.count)))
-        var output = Data(count: bound)
-        let written: Int = input.withUnsafeBytes { inBuffer in
-            output.withUnsafeMutableBytes { outBuffer in
-                stream.next_in = UnsafeMutablePointer(
-                    mutating: inBuffer.bindMemory(to: Bytef.self).baseAddress ?? UnsafePointer(bitPattern: 1)!)
-                stream.avail_in = uInt(input.count)
-                stream.next_out = outBuffer.bindMemory(to: Bytef.self).baseAddress
-                stream.avail_out = uInt(bound)
-                _ = deflate(&stream, Z_FINISH)
-                return Int(stream.total_out)
-            }
+        do {
+            let deflater = try ZlibCompressor(
+                algorithm: format.algorithm, configuration: ZlibConfiguration(compressionLevel: .bestCompression))
+            var source = ByteBuffer(bytes: input)
+            // deflateBound's room: one call with `.finish` writes the whole stream.
+            var packed = ByteBuffer()
+            packed.reserveCapacity(deflater.maxSize(from: source))
+            try deflater.deflate(from: &source, to: &packed, flush: .finish)
+            return Data(packed.readableBytesView)
+        } catch {
+            // Only running out of memory fails here: no stream to return.
+            return Data()
         }
-        return output.prefix(written)
     }
 
     /// Inflates `input`, failing as soon as the output would pass `limit`.
+    ///
+    /// zlib's inflate returns without an error both at the end of the stream
+    /// and when it has used up its input short of the end; it tells the two
+    /// apart on the next call without input, which ends the stream again or
+    /// fails with "no progress" (CompressNIO's `inputBufferOverflow`). So
+    /// the loop stops at a call that had no input, raised no error and wrote
+    /// nothing: the stream ended there.
     public static func decompress(_ input: Data, format: Format = .raw, limit: Int) throws(Failure) -> Data {
-        var stream = z_stream()
-        guard inflateInit2_(&stream, format.windowBits, ZLIB_VERSION, Int32(MemoryLayout<z_stream>.size)) == Z_OK
-        else { throw .corrupt }
-        defer { inflateEnd(&stream) }
-        var output = Data()
-        let chunkSize = 16 * 1024
-        var chunk = [UInt8](repeating: 0, count: chunkSize)
-        let result: Result<Void, Failure> = input.withUnsafeBytes { inBuffer in
-            stream.next_in = UnsafeMutablePointer(
-                mutating: inBuffer.bindMemory(to: Bytef.self).baseAddress ?? UnsafePointer(bitPattern: 1)!)
-            stream.avail_in = uInt(input.count)
-            while true {
-                let (status, produced) = chunk.withUnsafeMutableBufferPointer { buffer in
-                    stream.next_out = buffer.baseAddress
-                    stream.avail_out = uInt(chunkSize)
-                    let status = inflate(&stream, Z_NO_FLUSH)
-                    return (status, chunkSize - Int(stream.avail_out))
-                }
-                if output.count + produced > limit { return .failure(.exceedsLimit(limit: limit)) }
-                output.append(contentsOf: chunk[0..<produced])
-                switch status {
-                case Z_STREAM_END:
-                    return stream.avail_in == 0 ? .success(()) : .failure(.corrupt)
-                case Z_OK:
-                    continue
-                case Z_BUF_ERROR:
-                    return .failure(.truncated)
-                default:
-                    return .failure(.corrupt)
-                }
-            }
+        let inflater: ZlibDecompressor
+        do {
+            inflater = try ZlibDecompressor(algorithm: format.algorithm)
+        } catch {
+            throw Failure.corrupt
         }
-        try result.get()
-        return output
+        var source = ByteBuffer(bytes: input)
+        var chunk = ByteBuffer()
+        var output = Data()
+        while true {
+            let inputBefore = source.readableBytes
+            chunk.clear(minimumCapacity: chunkSize)
+            let chunkFull: Bool
+            do {
+                try inflater.inflate(from: &source, to: &chunk)
+                chunkFull = false
+            } catch let error as CompressNIOError where error == .bufferOverflow {
+                chunkFull = true
+            } catch let error as CompressNIOError where error == .inputBufferOverflow {
+                throw Failure.truncated
+            } catch {
+                throw Failure.corrupt
+            }
+            let produced = chunk.readableBytes
+            if output.count + produced > limit { throw Failure.exceedsLimit(limit: limit) }
+            output.append(contentsOf: chunk.readableBytesView)
+            if chunkFull {
+                // A full chunk with nothing read or written would loop forever.
+                guard produced > 0 || source.readableBytes < inputBefore else { throw Failure.corrupt }
+                continue
+            }
+            // Returning with input left over happens only at the end of the
+            // stream: the rest is trailing garbage.
+            guard source.readableBytes == 0 else { throw Failure.corrupt }
+            if inputBefore == 0 && produced == 0 { return output }
+        }
     }
 }
 

@@ -4,7 +4,7 @@ import Logging
 import RallyCore
 import RallyCrypto
 
-/// `rally bench join`: how long `rally join` takes to reach joined with an
+/// `rally-bench join`: how long `rally join` takes to reach joined with an
 /// admin's client online, for single and concurrent joiners, and how fast
 /// invites verify. Prints numbers; asserts nothing.
 struct JoinBench: AsyncParsableCommand {

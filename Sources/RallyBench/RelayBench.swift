@@ -5,7 +5,7 @@ import RallyCore
 import RallyCrypto
 import RallyWire
 
-/// `rally bench relay`: publish→deliver throughput and latency on loopback
+/// `rally-bench relay`: publish→deliver throughput and latency on loopback
 /// against a relay running as its own process (so its memory is its own),
 /// with 1, 10 and 100 concurrent clients. Prints numbers; asserts nothing.
 struct RelayBench: AsyncParsableCommand {
@@ -119,13 +119,7 @@ struct ChildRelay {
         let data = FileManager.default.temporaryDirectory.appendingPathComponent("rally-bench-\(UUID().uuidString)")
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
-        // Every client of a bench runs on loopback: lift the per-address
-        // limits (the per-connection and per-identity ones stay).
-        process.arguments = [
-            "relay", "--port", "0", "--data", data.path, "--log-level", "error",
-            "--publish-rate-per-ip", "1000000", "--publish-burst-per-ip", "1000000",
-            "--max-connections-per-ip", "100000",
-        ]
+        process.arguments = [ChildRelayCommand.configuration.commandName!, "--data", data.path]
         let pipe = Pipe()
         process.standardOutput = pipe
         try process.run()

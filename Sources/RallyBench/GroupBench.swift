@@ -6,7 +6,7 @@ import RallyCore
 import RallyCrypto
 import RallyWire
 
-/// `rally bench group`: fan-out latency of one group message to every
+/// `rally-bench group`: fan-out latency of one group message to every
 /// member for several group sizes, and the CPU cost of a removal (rekey)
 /// against group size. Prints numbers; asserts nothing.
 struct GroupBench: AsyncParsableCommand {
@@ -171,7 +171,8 @@ struct GroupBench: AsyncParsableCommand {
             remove.epochKeyCommitment = EpochKeys.commitment(to: key)
             signed = try VerifiedGroupCommit.sign(remove, by: identities[0])
         }
-        let member = identities[count - 1]
+        // The last member who stays (the owner in a group of two).
+        let member = identities.last { $0.inboxID != identities[1].inboxID }!
         let applyTime = try clock.measure {
             var copy = state
             let verified = try VerifiedGroupCommit.verify(signed)

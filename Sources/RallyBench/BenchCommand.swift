@@ -1,0 +1,46 @@
+import ArgumentParser
+import Foundation
+import Logging
+import RallyRelay
+
+/// `rally-bench`: benchmarks that print measurements, kept out of the
+/// `rally` CLI. Run them built for release:
+/// `swift run -c release rally-bench relay|group|join`.
+@main
+struct BenchCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "rally-bench", abstract: "Benchmarks that print measurements.",
+        subcommands: [RelayBench.self, GroupBench.self, JoinBench.self, ChildRelayCommand.self])
+}
+
+/// The relay a bench measures, run by `ChildRelay` as a child process of
+/// the bench (so its memory is its own): `rally relay` on a free loopback
+/// port, with the per-address limits lifted because every client of a
+/// bench runs on loopback (the per-connection and per-identity ones stay).
+struct ChildRelayCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "child-relay", abstract: "The relay a bench starts as its child process.",
+        shouldDisplay: false)
+
+    @Option(help: "Directory of the relay's SQLite store.") var data: String
+
+    func run() async throws {
+        var logger = Logger(label: "rally.relay")
+        logger.logLevel = .error
+        var limits = RelayLimits.default
+        limits.publishRatePerSecondPerIP = 1_000_000
+        limits.publishBurstPerIP = 1_000_000
+        limits.maxConnectionsPerIP = 100_000
+        let configuration = RelayConfiguration(
+            host: "127.0.0.1", port: 0, dataDirectory: URL(fileURLWithPath: data), limits: limits)
+        try await RelayMain.run(configuration: configuration, logger: logger)
+    }
+}
+
+/// Bench results on stdout, one line each. Every line is composed by the
+/// bench itself (numbers, the relay's URL), so nothing needs escaping.
+enum Output {
+    static func write(_ line: String) {
+        FileHandle.standardOutput.write(Data((line + "\n").utf8))
+    }
+}
