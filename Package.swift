@@ -6,6 +6,12 @@ let strict: [SwiftSetting] = [
     .enableUpcomingFeature("ExistentialAny"),
 ]
 
+/// Imports are internal unless a file says `public import`: a module's
+/// dependencies (the generated wire types among them) reach its public API
+/// only on purpose. RallyWire itself is the wire types, generated code that
+/// imports SwiftProtobuf the classic way.
+let strictImports: [SwiftSetting] = strict + [.enableUpcomingFeature("InternalImportsByDefault")]
+
 let package = Package(
     name: "Rally",
     platforms: [.macOS(.v14), .iOS(.v17), .tvOS(.v17)],
@@ -47,7 +53,7 @@ let package = Package(
                 "RallyWire",
                 .product(name: "Crypto", package: "swift-crypto"),
             ],
-            swiftSettings: strict
+            swiftSettings: strictImports
         ),
         .target(
             name: "RallyRelay",
@@ -63,7 +69,7 @@ let package = Package(
                 .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
-            swiftSettings: strict
+            swiftSettings: strictImports
         ),
         .target(
             name: "RallyCore",
@@ -76,14 +82,14 @@ let package = Package(
                 .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
                 .product(name: "Logging", package: "swift-log"),
             ],
-            swiftSettings: strict
+            swiftSettings: strictImports
         ),
         // An in-memory relay and an intercepting transport, for apps' and
         // the SDK's own unit tests of client flows without sockets.
         .target(
             name: "RallyTesting",
             dependencies: ["RallyCore", "RallyCrypto", "RallyWire"],
-            swiftSettings: strict
+            swiftSettings: strictImports
         ),
         .target(
             name: "RallyQR",
@@ -91,12 +97,12 @@ let package = Package(
                 .product(name: "CompressNIO", package: "compress-nio"),
                 .product(name: "NIOCore", package: "swift-nio"),
             ],
-            swiftSettings: strict
+            swiftSettings: strictImports
         ),
         .target(
             name: "RallyViewModels",
             dependencies: ["RallyCore"],
-            swiftSettings: strict
+            swiftSettings: strictImports
         ),
         .target(
             name: "RallyCLI",
@@ -107,7 +113,7 @@ let package = Package(
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],
-            swiftSettings: strict
+            swiftSettings: strictImports
         ),
         .executableTarget(
             name: "rally",
@@ -115,7 +121,7 @@ let package = Package(
                 "RallyCLI",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
-            swiftSettings: strict
+            swiftSettings: strictImports
         ),
         // Benchmarks that print measurements; see the README.
         .executableTarget(
@@ -127,14 +133,14 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ],
             path: "Sources/RallyBench",
-            swiftSettings: strict
+            swiftSettings: strictImports
         ),
         // libFuzzer target for invite decoding; see scripts/fuzz-invite.sh.
         .executableTarget(
             name: "rally-fuzz-invite",
             dependencies: ["RallyCore", "RallyCrypto"],
             path: "Sources/RallyFuzzInvite",
-            swiftSettings: strict
+            swiftSettings: strictImports
         ),
         .target(
             name: "RallyTestSupport",
@@ -145,17 +151,17 @@ let package = Package(
                 .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
             ],
             path: "Tests/RallyTestSupport",
-            swiftSettings: strict
+            swiftSettings: strictImports
         ),
         .testTarget(
             name: "RallyWireTests",
             dependencies: ["RallyWire"],
-            swiftSettings: strict
+            swiftSettings: strictImports
         ),
         .testTarget(
             name: "RallyCryptoTests",
             dependencies: ["RallyCrypto"],
-            swiftSettings: strict
+            swiftSettings: strictImports
         ),
         .testTarget(
             name: "RallyRelayTests",
@@ -163,7 +169,7 @@ let package = Package(
                 "RallyRelay", "RallyWire", "RallyCrypto", "RallyTestSupport",
                 .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
             ],
-            swiftSettings: strict
+            swiftSettings: strictImports
         ),
         .testTarget(
             name: "RallyQRTests",
@@ -173,7 +179,7 @@ let package = Package(
                 .product(name: "CompressNIO", package: "compress-nio"),
                 .product(name: "NIOCore", package: "swift-nio"),
             ],
-            swiftSettings: strict
+            swiftSettings: strictImports
         ),
         .testTarget(
             name: "RallyCoreTests",
@@ -182,12 +188,12 @@ let package = Package(
                 // Builds homes as earlier versions left them.
                 .product(name: "GRDB", package: "GRDB.swift"),
             ],
-            swiftSettings: strict
+            swiftSettings: strictImports
         ),
         .testTarget(
             name: "RallyEndToEndTests",
             dependencies: ["RallyCLI", "RallyViewModels", "RallyTestSupport", "RallyTesting", "rally"],
-            swiftSettings: strict
+            swiftSettings: strictImports
         ),
     ]
 )

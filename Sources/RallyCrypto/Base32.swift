@@ -1,4 +1,4 @@
-import Foundation
+public import Foundation
 
 /// RFC 4648 base32 in lowercase without padding: compact, case-stable and
 /// safe in URLs, file names and topic names.

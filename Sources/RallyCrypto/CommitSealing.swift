@@ -1,6 +1,6 @@
-import Crypto
-import Foundation
-import RallyWire
+public import Crypto
+public import Foundation
+public import RallyWire
 
 /// Group commits travel sealed (ADR 0008): the relay holds no group name,
 /// member, role, ban or invite tag. A commit that builds on epoch `e` is

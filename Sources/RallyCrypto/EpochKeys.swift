@@ -1,6 +1,6 @@
-import Crypto
-import Foundation
-import RallyWire
+public import Crypto
+public import Foundation
+public import RallyWire
 
 /// Group epoch keys: creating, sealing to members, opening, deriving the
 /// next key, and encrypting group messages under them.

@@ -1,5 +1,5 @@
 import Crypto
-import Foundation
+public import Foundation
 
 /// What an HTTP signature is bound to: the relay's origin, the request
 /// (method, path, query, SHA-256 of the body), a timestamp and a random

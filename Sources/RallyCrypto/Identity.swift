@@ -1,6 +1,6 @@
-import Crypto
-import Foundation
-import RallyWire
+public import Crypto
+public import Foundation
+public import RallyWire
 
 /// A private identity: an Ed25519 signing key and an X25519 key-agreement
 /// key. Only ever held by its owner's client.

@@ -1,5 +1,5 @@
 import Crypto
-import Foundation
+public import Foundation
 
 /// The address of an identity: the first 20 bytes of SHA-256 over its
 /// Ed25519 signing public key, in lowercase base32 (32 characters). Anyone

@@ -1,5 +1,5 @@
-import Crypto
-import Foundation
+public import Crypto
+public import Foundation
 
 /// Everything a group's admins derive from its 32-byte invite seed: the
 /// invite identity (its own inbox, where join requests arrive, and the

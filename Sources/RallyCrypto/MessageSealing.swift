@@ -1,6 +1,6 @@
 import Crypto
-import Foundation
-import RallyWire
+public import Foundation
+public import RallyWire
 
 /// Signing and HPKE sealing of direct messages.
 ///

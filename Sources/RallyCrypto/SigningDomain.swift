@@ -1,4 +1,4 @@
-import Foundation
+public import Foundation
 
 /// Every signature covers a domain prefix, so a signature made for one
 /// purpose can never be replayed as another.

@@ -1,6 +1,6 @@
-import Crypto
-import Foundation
-import RallyWire
+public import Crypto
+public import Foundation
+public import RallyWire
 
 /// The capability that reads and writes a topic other than an inbox: an
 /// Ed25519 key pair derived from a 32-byte access secret that only the

@@ -1,4 +1,4 @@
-import Foundation
+public import Foundation
 
 /// Why a payload could not be encoded.
 public enum QRError: Error, Equatable, Sendable, CustomStringConvertible {

@@ -1,5 +1,5 @@
 import CompressNIO
-import Foundation
+public import Foundation
 import NIOCore
 
 extension QRCode {

@@ -1,4 +1,4 @@
-import Foundation
+public import Foundation
 
 /// The relay's source of time, injected so tests control it.
 public protocol RelayClock: Sendable {

@@ -1,6 +1,6 @@
-import Foundation
+public import Foundation
 import RallyCrypto
-import RallyWire
+public import RallyWire
 
 /// Where and how a relay runs.
 public struct RelayConfiguration: Sendable {

@@ -1,10 +1,10 @@
 import Foundation
 import Hummingbird
 import HummingbirdWebSocket
-import Logging
+public import Logging
 import NIOCore
 import RallyWire
-import ServiceLifecycle
+public import ServiceLifecycle
 
 /// The relay as a swift-service-lifecycle `Service`: HTTP and WebSocket on
 /// one port, the SQLite store, group commit, live fan-out and pruning.

@@ -1,6 +1,6 @@
-import Foundation
-import RallyCrypto
-import RallyWire
+public import Foundation
+public import RallyCrypto
+public import RallyWire
 
 /// One publish as the writer hands it to the store. The topic has already
 /// been validated and the sizes checked.

@@ -1,5 +1,5 @@
-import Foundation
-import Logging
+public import Foundation
+public import Logging
 import ServiceLifecycle
 
 /// A relay running in this process in a background task, for tests and

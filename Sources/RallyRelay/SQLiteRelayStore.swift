@@ -1,7 +1,7 @@
-import Foundation
+public import Foundation
 import GRDB
-import RallyCrypto
-import RallyWire
+public import RallyCrypto
+public import RallyWire
 
 /// The embedded store: one SQLite file in WAL mode with `synchronous=FULL`,
 /// so a returned `append` has reached the disk.

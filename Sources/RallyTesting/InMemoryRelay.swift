@@ -1,7 +1,7 @@
-import Foundation
-import RallyCore
-import RallyCrypto
-import RallyWire
+public import Foundation
+public import RallyCore
+public import RallyCrypto
+public import RallyWire
 
 /// A relay in memory, for unit tests of client flows without sockets (the
 /// way `HummingbirdTesting` and `NIOEmbedded` stand in for the network).

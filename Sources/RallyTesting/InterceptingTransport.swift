@@ -1,6 +1,6 @@
-import Foundation
-import RallyCore
-import RallyCrypto
+public import Foundation
+public import RallyCore
+public import RallyCrypto
 import RallyWire
 
 /// Wraps any transport (the real WebSocket one included) and lets a test

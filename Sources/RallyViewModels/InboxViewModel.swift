@@ -1,7 +1,7 @@
 import Foundation
-import Observation
-import RallyCore
-import RallyCrypto
+public import Observation
+public import RallyCore
+public import RallyCrypto
 
 /// The direct-message inbox as a SwiftUI view binds to it: the stored
 /// messages, whether a sync is running, and the last error in words a user

@@ -1,6 +1,6 @@
 import Foundation
-import Observation
-import RallyCore
+public import Observation
+public import RallyCore
 import RallyCrypto
 
 /// The join screen as a view binds to it: where the join stands, why it

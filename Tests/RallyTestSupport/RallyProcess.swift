@@ -1,4 +1,4 @@
-import Foundation
+public import Foundation
 
 /// The `rally` executable built alongside the tests, run as a real child
 /// process.

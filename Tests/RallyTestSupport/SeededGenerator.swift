@@ -1,4 +1,4 @@
-import Foundation
+public import Foundation
 
 /// SplitMix64: deterministic randomness, so a randomized test replays
 /// exactly from its seed.

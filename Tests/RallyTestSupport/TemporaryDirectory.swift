@@ -1,4 +1,4 @@
-import Foundation
+public import Foundation
 
 /// A fresh directory under the system temp dir, removed by `remove()`.
 public struct TemporaryDirectory: Sendable {

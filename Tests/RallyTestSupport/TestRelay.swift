@@ -1,6 +1,6 @@
-import Foundation
-import Logging
-import RallyRelay
+public import Foundation
+public import Logging
+public import RallyRelay
 
 /// A real relay in this process on a free loopback port, with its store in
 /// a temporary directory.

@@ -1,9 +1,9 @@
-import Foundation
+public import Foundation
 import Hummingbird
 import HummingbirdWSClient
 import HummingbirdWebSocket
 import Logging
-import RallyWire
+public import RallyWire
 
 /// A relay that lies by omission: a WebSocket proxy in front of a real
 /// relay that passes every frame through, except envelopes its filter

@@ -1,4 +1,4 @@
-import Foundation
+public import Foundation
 
 /// The client's sense of time: the wall clock its records and invites are
 /// stamped with, and the pauses its retries wait. Injected, so tests and

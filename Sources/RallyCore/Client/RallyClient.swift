@@ -1,8 +1,8 @@
 import Crypto
-import Foundation
-import Logging
-import RallyCrypto
-import RallyWire
+public import Foundation
+public import Logging
+public import RallyCrypto
+public import RallyWire
 
 /// The client SDK's entry point: one identity, its home (local database and
 /// secrets) and its relay. A thin facade: each capability — direct

@@ -1,4 +1,4 @@
-import RallyCrypto
+public import RallyCrypto
 
 /// Errors the SDK reports to apps and the CLI, each saying what to do.
 public enum RallyClientError: Error, Equatable, Sendable, CustomStringConvertible {

@@ -1,5 +1,5 @@
 import RallyCrypto
-import RallyWire
+public import RallyWire
 
 /// What can go wrong talking to the relay, in terms a caller can act on.
 public enum RelayClientError: Error, Equatable, Sendable, CustomStringConvertible {

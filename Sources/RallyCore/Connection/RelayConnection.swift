@@ -1,9 +1,9 @@
-import Foundation
+public import Foundation
 import HummingbirdWSClient
-import Logging
+public import Logging
 import NIOCore
-import RallyCrypto
-import RallyWire
+public import RallyCrypto
+public import RallyWire
 
 /// One WebSocket connection to a relay: request/reply matching by request
 /// id, and per-topic subscription streams. It does not reconnect by itself;

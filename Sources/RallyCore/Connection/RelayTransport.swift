@@ -1,6 +1,6 @@
-import Foundation
-import RallyCrypto
-import RallyWire
+public import Foundation
+public import RallyCrypto
+public import RallyWire
 
 /// What a subscription yields: the backlog after the cursor, then
 /// `.caughtUp`, then live envelopes.

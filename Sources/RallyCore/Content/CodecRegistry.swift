@@ -1,5 +1,5 @@
 import Foundation
-import RallyWire
+public import RallyWire
 
 /// Content decoded from a message: either a value of a registered type, or
 /// an unknown type kept with its fallback text (DESIGN.md, principle 6).

@@ -1,5 +1,5 @@
 import Foundation
-import RallyWire
+public import RallyWire
 
 /// Encodes one Swift type as `EncodedContent` and back.
 public protocol ContentCodec<Value>: Sendable {

@@ -1,4 +1,4 @@
-import RallyWire
+public import RallyWire
 
 /// A content type id, `authority/type:major.minor` (XMTP's shape). Codecs
 /// match on authority, type and major version; a higher minor version is

@@ -1,7 +1,7 @@
 import CompressNIO
-import Foundation
+public import Foundation
 import NIOCore
-import RallyWire
+public import RallyWire
 
 /// Raw DEFLATE (RFC 1951) and gzip, with a hard limit on the inflated size
 /// so that a small hostile input cannot expand into gigabytes. The codec is

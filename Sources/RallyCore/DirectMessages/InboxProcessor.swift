@@ -1,6 +1,6 @@
-import Foundation
-import RallyCrypto
-import RallyWire
+public import Foundation
+public import RallyCrypto
+public import RallyWire
 
 /// Turns an envelope from the identity's inbox into a stored message, or
 /// into a typed rejection. Pure apart from the clock value passed in.

@@ -1,5 +1,5 @@
-import Foundation
-import RallyCrypto
+public import Foundation
+public import RallyCrypto
 
 /// A message as the local store keeps it.
 public struct StoredMessage: Sendable, Equatable, Codable {

@@ -1,6 +1,6 @@
 import Crypto
-import Foundation
-import RallyCrypto
+public import Foundation
+public import RallyCrypto
 import RallyWire
 
 /// What one entry of a group log did.

@@ -1,7 +1,7 @@
 import Crypto
-import Foundation
-import RallyCrypto
-import RallyWire
+public import Foundation
+public import RallyCrypto
+public import RallyWire
 
 /// A group as this client knows it.
 public struct GroupRecord: Sendable, Equatable {

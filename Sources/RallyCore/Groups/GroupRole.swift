@@ -1,4 +1,4 @@
-import RallyWire
+public import RallyWire
 
 /// Member roles, lowest to highest. An actor may act on a target only if
 /// the actor's role is at least the target's and at least the role the

@@ -1,6 +1,6 @@
-import Foundation
-import RallyCrypto
-import RallyWire
+public import Foundation
+public import RallyCrypto
+public import RallyWire
 
 /// Why a commit was not applied. Every member rejects the same commits for
 /// the same reasons, so these are also what an author's client sees when

@@ -1,6 +1,6 @@
-import Foundation
-import RallyCrypto
-import RallyWire
+public import Foundation
+public import RallyCrypto
+public import RallyWire
 
 public struct GroupMember: Sendable, Equatable {
     public let identity: PublicIdentity

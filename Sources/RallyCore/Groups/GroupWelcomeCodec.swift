@@ -1,5 +1,5 @@
 import Foundation
-import RallyWire
+public import RallyWire
 
 /// `rally.dev/group_welcome:1.0`: what a new member receives by direct
 /// message from the member who added them.

@@ -1,6 +1,6 @@
-import Foundation
-import RallyCrypto
-import RallyWire
+public import Foundation
+public import RallyCrypto
+public import RallyWire
 
 /// A verified invite: its payload, its issuer, and what it grants.
 public struct Invite: Sendable, Equatable {

@@ -1,6 +1,6 @@
 import Crypto
-import Foundation
-import RallyWire
+public import Foundation
+public import RallyWire
 
 /// Why a join request failed, as the inviter's client reports it. Raw
 /// values are the wire strings (snake_case, as Convos uses them).

@@ -1,6 +1,6 @@
-import Foundation
+public import Foundation
 import RallyCrypto
-import RallyWire
+public import RallyWire
 
 /// Why an invite link or slug could not be used. Each is final for that
 /// link: the joiner needs a new invite.

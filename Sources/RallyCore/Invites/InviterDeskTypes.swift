@@ -1,5 +1,5 @@
-import Foundation
-import RallyCrypto
+public import Foundation
+public import RallyCrypto
 
 public enum InviteClientError: Error, Sendable, Equatable, CustomStringConvertible {
     case invalidInvite(InviteError)

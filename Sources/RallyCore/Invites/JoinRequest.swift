@@ -1,7 +1,7 @@
 import Crypto
-import Foundation
-import RallyCrypto
-import RallyWire
+public import Foundation
+public import RallyCrypto
+public import RallyWire
 
 /// `rally.dev/invite_join_request:1.0`: what a joiner sends to an invite's
 /// join inbox.

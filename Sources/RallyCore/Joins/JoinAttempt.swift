@@ -1,4 +1,4 @@
-import Foundation
+public import Foundation
 import RallyCrypto
 
 /// A join this identity started with an invite, as persisted between CLI

@@ -1,5 +1,5 @@
 import Foundation
-import RallyCrypto
+public import RallyCrypto
 
 /// The joiner's side of joining by invite, as a pure value: states, events
 /// and the rule for each transition. The shell (the client) performs the

@@ -1,4 +1,4 @@
-import Foundation
+public import Foundation
 import GRDB
 
 /// Where a client keeps its secret keys: the identity's private keys,
