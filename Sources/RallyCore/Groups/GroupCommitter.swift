@@ -88,17 +88,21 @@ struct GroupCommitter: Sendable {
         to commit: inout WireGroupCommit, state: GroupState, admins: Set<InboxID>
     ) throws(RallyClientError) {
         guard state.inviteIdentity != nil else { return }
-        let seed = InviteKeys.newSeed()
-        let keys: InviteKeys
-        do {
-            keys = try InviteKeys(seed: seed)
-        } catch {
-            throw .recipientKeysInvalid(context.identity.inboxID, reason: error.description)
-        }
+        let keys = try newInviteKeys()
+        let seed = keys.seed
         commit.rotateInvites.inviteIdentity = keys.identity.publicIdentity.wireBundle
         commit.rotateInvites.inviteTag = Randomness.bytes(16)
         commit.rotateInvites.sealedSeeds = try sealInviteSeed(
             seed, to: admins.compactMap { state.members[$0]?.identity }, state: state)
+    }
+
+    /// A new invite identity: a fresh seed and the keys it yields.
+    func newInviteKeys() throws(RallyClientError) -> InviteKeys {
+        do {
+            return try InviteKeys(seed: InviteKeys.newSeed())
+        } catch {
+            throw .recipientKeysInvalid(context.identity.inboxID, reason: error.description)
+        }
     }
 
     /// Seals the invite seed for the commit built on `state` (members open

@@ -118,36 +118,34 @@ struct GroupService: Sendable {
 
     /// Replaces the epoch key (after someone left, or on an admin's wish).
     func rekey(_ reference: String) async throws(RallyClientError) {
-        let groupID = try log.group(reference).groupID
         let committer = self.committer
-        try await committer.commit(groupID) { state throws(RallyClientError) in
-            var commit = committer.newCommit(on: state)
+        try await commit(reference) { commit, state throws(RallyClientError) in
             commit.rekey = WireRekey()
             try committer.attachFreshKey(to: &commit, for: Array(state.members.values), state: state)
-            return commit
         }
     }
 
     /// Leaves a group. The remaining members replace the key before anyone
     /// sends again.
     func leave(_ reference: String) async throws(RallyClientError) {
-        let groupID = try log.group(reference).groupID
-        let committer = self.committer
-        try await committer.commit(groupID) { state throws(RallyClientError) in
-            var commit = committer.newCommit(on: state)
-            commit.leave = WireLeaveGroup()
-            return commit
-        }
+        try await commit(reference) { commit, _ in commit.leave = WireLeaveGroup() }
     }
 
     /// Ends a group for good (owner only). Later join requests are
     /// answered `conversation_expired`.
     func explode(_ reference: String) async throws(RallyClientError) {
+        try await commit(reference) { commit, _ in commit.explode = WireExplodeGroup() }
+    }
+
+    /// Commits one action, drafted on the latest state by `fill`.
+    private func commit(
+        _ reference: String, _ fill: (inout WireGroupCommit, GroupState) throws(RallyClientError) -> Void
+    ) async throws(RallyClientError) {
         let groupID = try log.group(reference).groupID
         let committer = self.committer
         try await committer.commit(groupID) { state throws(RallyClientError) in
             var commit = committer.newCommit(on: state)
-            commit.explode = WireExplodeGroup()
+            try fill(&commit, state)
             return commit
         }
     }

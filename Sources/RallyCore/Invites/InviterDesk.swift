@@ -101,13 +101,8 @@ struct InviterDesk: Sendable {
     }
 
     private func setUpInvites(_ groupID: String) async throws(RallyClientError) {
-        let seed = InviteKeys.newSeed()
-        let keys: InviteKeys
-        do {
-            keys = try InviteKeys(seed: seed)
-        } catch {
-            throw .recipientKeysInvalid(context.identity.inboxID, reason: error.description)
-        }
+        let keys = try committer.newInviteKeys()
+        let seed = keys.seed
         // Published first, so a joiner can always seal a request to it.
         try await KeyDirectory(context: inviteContext(keys)).publishOwnBundle()
         let tag = Randomness.bytes(16)
