@@ -5,19 +5,19 @@ import GRDB
 /// group epoch keys, invite seeds (and, later, topic access secrets).
 ///
 /// Everything else a client stores (messages, group state, cursors, public
-/// keys) lives in its ``LocalStore`` database; the secrets go through this
-/// protocol so an app can keep them where its platform keeps keys.
+/// keys) lives in its home's database (`<home>/rally.sqlite`); the secrets
+/// go through this protocol so an app can keep them where its platform
+/// keeps keys.
 ///
-/// The default (`LocalStore(home:)` without a secret store) keeps them in
-/// the owner-only database of the home (`<home>/rally.sqlite`, mode 0600
-/// in a 0700 directory), which is what Linux offers.
+/// The default (no secret store given) keeps them in the owner-only
+/// database of the home (mode 0600 in a 0700 directory), which is what
+/// Linux offers.
 ///
 /// ## A Keychain implementation
 ///
 /// On Apple platforms an app passes its own store to
-/// `RallyClient.create(…, secrets:)` / `RallyClient.open(…, secrets:)` (or
-/// `LocalStore(home:secrets:)`). A Keychain store maps each secret to one
-/// generic password item:
+/// `RallyClient.create(…, secrets:)` / `RallyClient.open(…, secrets:)`. A
+/// Keychain store maps each secret to one generic password item:
 ///
 /// ```swift
 /// struct KeychainSecretStore: SecretStore {
@@ -69,7 +69,7 @@ import GRDB
 /// - It is safe to call from any thread and from several processes.
 ///
 /// When a home that kept its secrets in the database is opened with another
-/// store, ``LocalStore`` moves them over and deletes them from the database.
+/// store, the client moves them over and deletes them from the database.
 public protocol SecretStore: Sendable {
     /// The secret stored under `name`, or nil if there is none.
     func secret(named name: SecretName) throws -> Data?
