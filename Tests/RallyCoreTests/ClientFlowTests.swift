@@ -180,6 +180,59 @@ struct ClientFlowTests {
     }
 }
 
+/// A secret store in memory whose epoch-key reads fail while `failing` is
+/// set: a store error in the middle of reading a group's log.
+private final class FlakySecretStore: SecretStore, @unchecked Sendable {
+    // Safe: every access to `values` and `failing` holds `lock`.
+    private let lock = NSLock()
+    private var values: [String: Data] = [:]
+    private var failing = false
+
+    struct ReadFailed: Error {}
+
+    func fail(_ on: Bool) { lock.withLock { failing = on } }
+
+    func secret(named name: SecretName) throws -> Data? {
+        try lock.withLock {
+            if failing, name.rawValue.hasPrefix("epoch-key/") { throw ReadFailed() }
+            return values[name.rawValue]
+        }
+    }
+
+    func setSecret(_ secret: Data, named name: SecretName) throws { lock.withLock { values[name.rawValue] = secret } }
+    func removeSecret(named name: SecretName) throws { _ = lock.withLock { values.removeValue(forKey: name.rawValue) } }
+}
+
+@Suite("A store error while reading a group's log")
+struct StoreErrorTests {
+    @Test("A failing epoch-key read stops the sync before the entry; the next sync delivers the message")
+    func storeErrorNeverSkips() async throws {
+        let world = InMemoryWorld()
+        defer { world.homes.remove() }
+        let alice = try await world.user("alice")
+        let secrets = FlakySecretStore()
+        let bob = try await RallyClient.create(
+            home: world.homes.path("bob"), relayURL: URL(string: "memory://relay")!, displayName: "bob",
+            logger: TestLogger.quiet, secrets: secrets, transport: world.relay.transport(), clock: InMemoryWorld.clock)
+        let group = try await alice.createGroup(name: "Careful")
+        _ = try await alice.addMember(bob.inboxID, to: group.groupID)
+        _ = try await bob.syncInbox()
+        _ = try await bob.syncGroup(group.groupID)
+        _ = try await alice.sendGroupText("do not lose me", to: group.groupID)
+        let cursor = try bob.store.cursor(for: group.topic)
+
+        secrets.fail(true)
+        await #expect(throws: RallyClientError.self) { try await bob.syncGroup(group.groupID) }
+        #expect(try bob.store.cursor(for: group.topic) == cursor)
+        #expect(try await bob.groupMessages(in: group.groupID).isEmpty)
+
+        secrets.fail(false)
+        let report = try await bob.syncGroup(group.groupID)
+        #expect(report.messages.map(\.displayText) == ["do not lose me"])
+        #expect(try bob.store.cursor(for: group.topic) > cursor)
+    }
+}
+
 @Suite("Backoff")
 struct BackoffTests {
     @Test("The ceiling doubles from the base and stops at the cap")
