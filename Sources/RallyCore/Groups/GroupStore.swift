@@ -70,15 +70,16 @@ struct GroupInfoRecord: Codable, FetchableRecord, PersistableRecord {
             lastControlSeq: UInt64(max(0, lastControlSeq)), divergence: divergence)
     }
 
-    /// Writes a group's new state and place in the log.
+    /// Writes a group's new state and place in the log: one UPDATE, with
+    /// no read of the old snapshot (this runs for every entry of the log).
     static func update(with record: GroupRecord, _ db: Database) throws {
-        guard var stored = try fetchOne(db, key: record.groupID) else { return }
-        stored.snapshot = FrameCodec.encode(record.state.snapshot)
-        stored.status = record.status.rawValue
-        stored.epochLink = record.epochLink
-        stored.lastControlSeq = Int64(record.lastControlSeq)
-        stored.divergence = record.divergence
-        try stored.update(db)
+        try filter(key: record.groupID).updateAll(
+            db,
+            Column(CodingKeys.snapshot).set(to: FrameCodec.encode(record.state.snapshot)),
+            Column(CodingKeys.status).set(to: record.status.rawValue),
+            Column(CodingKeys.epochLink).set(to: record.epochLink),
+            Column(CodingKeys.lastControlSeq).set(to: Int64(record.lastControlSeq)),
+            Columns.divergence.set(to: record.divergence))
     }
 }
 

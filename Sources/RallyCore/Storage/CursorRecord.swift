@@ -19,14 +19,22 @@ struct CursorRecord: Codable, FetchableRecord, PersistableRecord {
     }
 
     static func seq(of topic: TopicName, _ db: Database) throws -> UInt64 {
-        UInt64(max(0, try fetchOne(db, key: topic.rawValue)?.seq ?? 0))
+        UInt64(
+            max(
+                0,
+                try Int64.fetchOne(db, sql: "SELECT seq FROM cursor WHERE topic = ?", arguments: [topic.rawValue]) ?? 0)
+        )
     }
 
-    /// Moves the cursor to `seq` unless it is already past it.
+    /// Moves the cursor to `seq` unless it is already past it: one
+    /// statement, on the hot path of every envelope.
     static func advance(_ topic: TopicName, to seq: UInt64, _ db: Database) throws {
-        let current = try self.seq(of: topic, db)
-        guard seq > current else { return }
-        try CursorRecord(topic: topic.rawValue, seq: Int64(seq)).save(db)
+        try db.execute(
+            sql: """
+                INSERT INTO cursor (topic, seq) VALUES (?, ?)
+                ON CONFLICT(topic) DO UPDATE SET seq = MAX(seq, excluded.seq)
+                """,
+            arguments: [topic.rawValue, Int64(seq)])
     }
 }
 
