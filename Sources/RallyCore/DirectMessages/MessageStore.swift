@@ -88,7 +88,7 @@ struct MessageRecord: Codable, FetchableRecord, PersistableRecord {
         if let seq = message.seq, Int64(exactly: seq) == nil {
             throw LocalStoreError.corrupt("relay sequence number \(seq) is out of range")
         }
-        let last = try Int64.fetchOne(db, MessageRecord.select(max(Columns.localOrder))) ?? 0
+        let last = try Int64.fetchOne(db, sql: "SELECT MAX(local_order) FROM message") ?? 0
         try MessageRecord(message, localOrder: last + 1).insert(db, onConflict: .ignore)
         return db.changesCount > 0
     }

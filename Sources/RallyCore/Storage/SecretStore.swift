@@ -138,6 +138,11 @@ struct SecretRecord: Codable, FetchableRecord, PersistableRecord {
         try fetchAll(db).map(\.name)
     }
 
+    /// One column by primary key: read on every group and epoch-key lookup.
+    static func value(named name: SecretName, _ db: Database) throws -> Data? {
+        try Data.fetchOne(db, sql: "SELECT value FROM secret WHERE name = ?", arguments: [name.rawValue])
+    }
+
     static func set(_ secret: Data, named name: SecretName, db: Database) throws {
         try SecretRecord(name: name.rawValue, value: secret).save(db)
     }
@@ -148,7 +153,7 @@ struct DatabaseSecretStore: SecretStore {
     let queue: DatabaseQueue
 
     func secret(named name: SecretName) throws -> Data? {
-        try LocalStore.read(queue) { db in try SecretRecord.fetchOne(db, key: name.rawValue)?.value }
+        try LocalStore.read(queue) { db in try SecretRecord.value(named: name, db) }
     }
 
     func setSecret(_ secret: Data, named name: SecretName) throws {
