@@ -32,7 +32,7 @@ final class LocalStore: Sendable {
     static let busyRetries = 20
 
     // GRDB's DatabaseQueue serializes all access itself and is Sendable.
-    private let queue: DatabaseQueue
+    private let queue: DatabasePool
     let home: URL
     /// Where the identity's private keys, epoch keys and invite seeds are
     /// kept: by default a table of this owner-only database.
@@ -51,7 +51,7 @@ final class LocalStore: Sendable {
             var configuration = Configuration()
             configuration.journalMode = .wal
             configuration.busyMode = .timeout(Self.busyTimeout)
-            let opened = try Self.retryingBusy { try DatabaseQueue(path: path, configuration: configuration) }
+            let opened = try Self.retryingBusy { try DatabasePool(path: path, configuration: configuration) }
             try Self.retryingBusy { try Self.migrator.migrate(opened) }
             queue = opened
             // Files left by older versions or written laxly: owner-only.
@@ -71,7 +71,7 @@ final class LocalStore: Sendable {
     /// Moves the secrets a home kept in its database to the store the
     /// caller chose, then deletes them from the database.
     private static func handOverSecrets(
-        from own: DatabaseSecretStore, queue: DatabaseQueue, to target: any SecretStore
+        from own: DatabaseSecretStore, queue: DatabasePool, to target: any SecretStore
     ) throws(LocalStoreError) {
         let names = try read(queue) { db in try SecretRecord.names(db) }
         for raw in names {
@@ -182,7 +182,7 @@ final class LocalStore: Sendable {
         try Self.write(queue, body)
     }
 
-    static func read<T>(_ queue: DatabaseQueue, _ body: (Database) throws -> T) throws(LocalStoreError) -> T {
+    static func read<T>(_ queue: DatabasePool, _ body: (Database) throws -> T) throws(LocalStoreError) -> T {
         do {
             return try retryingBusy { try queue.read(body) }
         } catch let error as LocalStoreError {
@@ -196,7 +196,7 @@ final class LocalStore: Sendable {
     /// lock before reading, so what it reads cannot change under it in
     /// another process before it commits. A transaction that still meets
     /// `SQLITE_BUSY` after the busy timeout is rolled back and run again.
-    static func write<T>(_ queue: DatabaseQueue, _ body: (Database) throws -> T) throws(LocalStoreError) -> T {
+    static func write<T>(_ queue: DatabasePool, _ body: (Database) throws -> T) throws(LocalStoreError) -> T {
         do {
             return try retryingBusy {
                 try queue.writeWithoutTransaction { db in

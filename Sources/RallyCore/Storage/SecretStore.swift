@@ -150,7 +150,7 @@ struct SecretRecord: Codable, FetchableRecord, PersistableRecord {
 
 /// Secrets kept in the home's owner-only database.
 struct DatabaseSecretStore: SecretStore {
-    let queue: DatabaseQueue
+    let queue: DatabasePool
 
     func secret(named name: SecretName) throws -> Data? {
         try LocalStore.read(queue) { db in try SecretRecord.value(named: name, db) }
