@@ -66,17 +66,6 @@ public actor InMemoryRelay {
     /// The entries of a topic.
     public func entries(of topic: TopicName) -> [WireEnvelope] { topics[topic.rawValue]?.entries ?? [] }
 
-    /// Drops every live subscription with `.disconnected` (as a relay
-    /// restart would); links stay usable.
-    public func dropSubscriptions() {
-        for (name, topic) in topics {
-            for subscriber in topic.subscribers {
-                subscriber.continuation.finish(throwing: RelayClientError.disconnected("dropped by the test"))
-            }
-            topics[name]?.subscribers = []
-        }
-    }
-
     // MARK: Requests
 
     private func injectedFailure() throws(RelayClientError) {

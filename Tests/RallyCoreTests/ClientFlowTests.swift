@@ -159,8 +159,10 @@ struct ClientFlowTests {
         let bob = try await world.user("bob")
         _ = try await alice.lookUp(bob.inboxID)
         await world.relay.failNext([.disconnected("drop 1"), .timedOut("drop 2")])
+        let before = await world.relay.storedCount
         _ = try await alice.sendText("through the storm", to: bob.inboxID)
         #expect(await world.relay.entries(of: bob.inboxTopic).count == 1)
+        #expect(await world.relay.storedCount == before + 1)
         let report = try await bob.syncInbox()
         #expect(report.received.map(\.displayText) == ["through the storm"])
     }
@@ -183,7 +185,8 @@ struct ClientFlowTests {
 /// A secret store in memory whose epoch-key reads fail while `failing` is
 /// set: a store error in the middle of reading a group's log.
 private final class FlakySecretStore: SecretStore, @unchecked Sendable {
-    // Safe: every access to `values` and `failing` holds `lock`.
+    // Safe: every access to `values` and `failing` holds `lock`. (Not a
+    // `Mutex`: the package supports macOS 14, which lacks it.)
     private let lock = NSLock()
     private var values: [String: Data] = [:]
     private var failing = false

@@ -29,7 +29,6 @@ struct ClientContext: Sendable {
         self.logger = logger
     }
 
-    var transport: any RelayTransport { links.transport }
     var relayURL: URL { links.transport.relayURL }
 
     /// The same home, relay and clock, acting as another identity (a

@@ -59,8 +59,9 @@ struct GroupLog: Sendable {
     func follow(
         _ reference: String, untilCaughtUp: Bool, handler: @Sendable (GroupLogEvent) async -> Void
     ) async throws(RallyClientError) {
-        let groupID = try group(reference).groupID
-        let topic = try group(groupID).topic
+        let record = try group(reference)
+        let groupID = record.groupID
+        let topic = record.topic
         let processor = GroupLogProcessor(identity: context.identity, codecs: context.codecs)
         let store = context.store
         do {
