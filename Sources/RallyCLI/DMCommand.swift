@@ -25,7 +25,11 @@ struct DMCommand: AsyncParsableCommand {
             let message = try await client.sendText(text, to: recipient)
             await client.disconnect()
             options.output.emit(MessageJSON(message)) {
-                "sent \(message.id) to \(recipient) (relay seq \(message.seq.map(String.init) ?? "?"))"
+                if message.isQueued {
+                    return
+                        "queued \(message.id) for \(recipient): the relay is out of reach; it is sent when it is back (the next rally command that reaches it, or `rally watch`)"
+                }
+                return "sent \(message.id) to \(recipient) (relay seq \(message.seq.map(String.init) ?? "?"))"
             }
         }
     }
@@ -46,6 +50,8 @@ struct DMCommand: AsyncParsableCommand {
             let output = options.output
             if follow {
                 if all { try await printStored(client, output: output, asLines: true) }
+                let status = ConnectionStatusLines.start(client, output: output)
+                defer { status.cancel() }
                 try await client.followInbox(untilCaughtUp: false) { event in
                     switch event {
                     case .message(let message):

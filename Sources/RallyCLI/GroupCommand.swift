@@ -159,6 +159,8 @@ struct GroupCommand: AsyncParsableCommand {
             let output = options.output
             let groupID = try await client.group(group).groupID
             if follow {
+                let status = ConnectionStatusLines.start(client, output: output)
+                defer { status.cancel() }
                 try await client.followGroup(groupID, untilCaughtUp: false) { event in
                     Read.print(event, output: output, client: client)
                 }

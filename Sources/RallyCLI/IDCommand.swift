@@ -24,7 +24,8 @@ struct IDCommand: AsyncParsableCommand {
                 throw ValidationError("--name must be 1 to 128 bytes")
             }
             let client = try await RallyClient.create(
-                home: options.homeURL, relayURL: try options.relayURL(), displayName: name, logger: options.logger)
+                home: options.homeURL, relayURL: try options.relayURL(), displayName: name, logger: options.logger,
+                connection: try options.connectionPolicy())
             await client.disconnect()
             let identity = IdentityJSON(name: name, inboxId: client.inboxID.rawValue, home: options.homeURL.path)
             options.output.emit(identity) {

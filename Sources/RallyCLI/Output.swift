@@ -131,6 +131,8 @@ struct MessageJSON: Encodable {
     let contentType: String
     let text: String
     let knownType: Bool
+    /// An outgoing message still waiting in the home's outbox.
+    let queued: Bool
 
     init(_ message: StoredMessage) {
         id = message.id
@@ -143,6 +145,7 @@ struct MessageJSON: Encodable {
         contentType = message.contentType
         text = message.displayText
         knownType = message.isKnownType
+        queued = message.isQueued
     }
 
     static func human(_ message: StoredMessage) -> String {

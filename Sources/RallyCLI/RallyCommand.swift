@@ -10,7 +10,7 @@ public struct RallyCommand: AsyncParsableCommand {
         abstract: "End-to-end encrypted invites, groups and messages over an untrusted relay.",
         subcommands: [
             RelayCommand.self, IDCommand.self, DMCommand.self, GroupCommand.self, InviteCommand.self,
-            JoinCommand.self, WatchCommand.self, DemoCommand.self,
+            JoinCommand.self, WatchCommand.self, StatusCommand.self, DemoCommand.self,
         ])
 
     public init() {}
@@ -23,6 +23,12 @@ struct ClientOptions: ParsableArguments {
 
     @Option(help: "Relay base URL (env RALLY_RELAY; default http://127.0.0.1:8080).")
     var relay: String?
+
+    @Option(
+        help: ArgumentHelp(
+            "How to reach the relay: automatic (WebSocket, falling back to HTTP long-polling when WebSockets fail) or http (HTTP only, for networks that block WebSockets) (env RALLY_TRANSPORT).",
+            valueName: "automatic|http"))
+    var transport: String?
 
     @Flag(help: "Print machine-readable JSON.")
     var json = false
@@ -47,6 +53,17 @@ struct ClientOptions: ParsableArguments {
 
     var output: Output { Output(json: json) }
 
+    /// How the client keeps its relay connection: the SDK's defaults with
+    /// the transport asked for.
+    func connectionPolicy() throws -> ConnectionPolicy {
+        let text = transport ?? ProcessInfo.processInfo.environment["RALLY_TRANSPORT"] ?? "automatic"
+        guard let choice = TransportChoice(rawValue: text.lowercased()) else {
+            let names = TransportChoice.allCases.map(\.rawValue).joined(separator: ", ")
+            throw ValidationError("--transport must be one of \(names), not \"\(text)\"")
+        }
+        return ConnectionPolicy(transport: choice)
+    }
+
     /// The SDK logs to stderr; a terminal user sees only errors there unless
     /// RALLY_LOG_LEVEL asks for more (the CLI prints its own warnings).
     var logger: Logger {
@@ -57,6 +74,7 @@ struct ClientOptions: ParsableArguments {
     }
 
     func openClient() throws -> RallyClient {
-        try RallyClient.open(home: homeURL, relayURL: try relayURL(), logger: logger)
+        try RallyClient.open(
+            home: homeURL, relayURL: try relayURL(), logger: logger, connection: try connectionPolicy())
     }
 }

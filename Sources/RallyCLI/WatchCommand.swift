@@ -81,6 +81,8 @@ struct WatchCommand: AsyncParsableCommand {
         let client = try options.openClient()
         let output = options.output
         output.emit(EventJSON(event: "started")) { "watching as \(client.inboxID); interrupt to stop" }
+        let status = ConnectionStatusLines.start(client, output: output)
+        defer { status.cancel() }
         try await client.watch { event in
             switch event {
             case .inbox(.message(let message)):

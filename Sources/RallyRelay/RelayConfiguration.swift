@@ -14,31 +14,41 @@ public struct RelayConfiguration: Sendable {
     /// terminator). Signatures are bound to its origin; nil: the origins of
     /// the bind address (with `localhost` and `127.0.0.1` for a loopback one).
     public var publicURL: URL?
+    /// With a public URL, whether signatures bound to the bind address's
+    /// origins are accepted too: for clients inside the deployment that
+    /// reach the relay directly, past the proxy (and for tests that put a
+    /// fault proxy in front of some clients only).
+    public var acceptsBindOrigins: Bool
 
     public init(
         host: String = "127.0.0.1",
         port: Int = 8080,
         dataDirectory: URL = URL(fileURLWithPath: "rally-data"),
         limits: RelayLimits = .default,
-        publicURL: URL? = nil
+        publicURL: URL? = nil,
+        acceptsBindOrigins: Bool = false
     ) {
         self.host = host
         self.port = port
         self.dataDirectory = dataDirectory
         self.limits = limits
         self.publicURL = publicURL
+        self.acceptsBindOrigins = acceptsBindOrigins
     }
 
     var storeURL: URL { dataDirectory.appendingPathComponent("relay.sqlite") }
 
     /// The origins signatures may be bound to, once the port is known.
     public func origins(boundPort: Int) -> [String] {
-        if let publicURL, let origin = RelayOrigin.of(publicURL) { return [origin] }
+        var origins: [String] = []
+        if let publicURL, let origin = RelayOrigin.of(publicURL) {
+            origins.append(origin)
+            guard acceptsBindOrigins else { return origins }
+        }
         let host = self.host.lowercased()
         let loopback = ["127.0.0.1", "localhost", "::1", "[::1]"]
         var hosts = [host.contains(":") && !host.hasPrefix("[") ? "[\(host)]" : host]
         if loopback.contains(host) { hosts += ["127.0.0.1", "localhost", "[::1]"] }
-        var origins: [String] = []
         for candidate in hosts where !origins.contains("http://\(candidate):\(boundPort)") {
             origins.append("http://\(candidate):\(boundPort)")
         }

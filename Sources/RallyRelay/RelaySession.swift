@@ -46,6 +46,8 @@ actor RelaySession {
     private var subscriptions: [String: ActiveSubscription] = [:]
     private var nextGeneration: UInt64 = 1
     private var isClosed = false
+    /// The SHUTTING_DOWN notice went out (once per connection).
+    private var toldShuttingDown = false
 
     init(services: RelayServices, remoteIP: String = "local", send: @escaping Send) {
         self.services = services
@@ -124,7 +126,8 @@ actor RelaySession {
 
     /// Tells the client the relay is going away.
     func shuttingDown() async {
-        guard !isClosed else { return }
+        guard !isClosed, !toldShuttingDown else { return }
+        toldShuttingDown = true
         _ = await reply(RelayFailure(.shuttingDown, "the relay is shutting down"), to: 0)
     }
 

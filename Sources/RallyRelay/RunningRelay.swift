@@ -21,7 +21,11 @@ public final class RunningRelay: Sendable {
     /// `http://<host>:<port>`, an origin the relay accepts signatures for.
     /// The WebSocket endpoint is `/v1/ws` under it (with the `ws` scheme).
     public var url: URL {
-        if let publicURL = server.configuration.publicURL { return publicURL }
+        server.configuration.publicURL ?? boundURL
+    }
+
+    /// `http://<host>:<port>`: where the relay listens.
+    public var boundURL: URL {
         let host = server.configuration.host
         return URL(string: "http://\(host.contains(":") ? "[\(host)]" : host):\(port)")!
     }

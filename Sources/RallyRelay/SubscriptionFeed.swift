@@ -78,8 +78,11 @@ struct SubscriptionFeed: Sendable {
                 try await deliver(item.envelope, retiredKey: item.retiredKey, &progress)
             }
             try Task.checkCancellation()
-            if await hub.unsubscribe(subscription.id) == .overflowed { return await slowConsumer() }
-            return .stopped
+            switch await hub.unsubscribe(subscription.id) {
+            case .overflowed?: return await slowConsumer()
+            case .shutDown?: return await shuttingDown()
+            default: return .stopped
+            }
         } catch is Revoked {
             await hub.unsubscribe(subscription.id)
             let bound = progress.bound ?? progress.lastSent
@@ -136,6 +139,17 @@ struct SubscriptionFeed: Sendable {
         progress.lastSent = envelope.seq
         if progress.bound == nil, let accessKey, retiredKey == accessKey { progress.bound = envelope.seq }
         if let bound = progress.bound, envelope.seq >= bound { throw Revoked() }
+    }
+
+    /// The relay is stopping: the subscription ends with `SHUTTING_DOWN`
+    /// for its topic, so the client knows to reconnect (with jitter) rather
+    /// than count a failure, whether or not the connection-wide notice
+    /// reaches it before the socket closes.
+    private func shuttingDown() async -> Outcome {
+        let failure = RelayFailure(
+            .shuttingDown, "the relay is shutting down; subscribe again from your cursor", topic: topic)
+        try? await send(services.errorFrame(failure, requestID: 0))
+        return .stopped
     }
 
     private func slowConsumer() async -> Outcome {

@@ -83,6 +83,10 @@ enum WebSocketEndpoint {
         } onGracefulShutdown: {
             Task { await session.shuttingDown() }
         }
+        // The shutdown may have ended the connection's tasks before the
+        // notice above ran: send it now, before the socket closes, so the
+        // client reconnects with jitter instead of counting a failure.
+        if Task.isShuttingDownGracefully { await session.shuttingDown() }
         await session.close()
         // Transport errors (such as a message over the transport limit) go
         // back to the WebSocket handler, which closes with the right code.

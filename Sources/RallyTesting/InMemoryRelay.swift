@@ -278,6 +278,10 @@ public actor InMemoryLink: RelayLink {
         await relay.unsubscribe(topic, link: ObjectIdentifier(self))
     }
 
+    public func ping() async throws(RelayClientError) {
+        try requireOpen()
+    }
+
     public func close() async {
         guard open else { return }
         open = false

@@ -58,5 +58,7 @@ struct InterceptingLink: RelayLink {
     }
 
     func unsubscribe(topic: TopicName) async { await base.unsubscribe(topic: topic) }
+
+    func ping() async throws(RelayClientError) { try await base.ping() }
     func close() async { await base.close() }
 }

@@ -98,13 +98,19 @@ struct CLITests {
         let bob = try JSONDecoder().decode(IdentityJSON.self, from: Data(bobNew.stdout.utf8))
         _ = try await RallyBinary.run(["id", "new", "--name", "Alice", "--home", homes.path("alice").path] + common)
 
-        let follower = Process()
-        follower.executableURL = RallyBinary.url
-        follower.arguments = ["dm", "read", "--follow", "--json", "--home", homes.path("bob").path] + common
-        let out = Pipe()
-        follower.standardOutput = out
-        try follower.run()
-        let reader = LineReader(out.fileHandleForReading)
+        let follower = try ChildProcess.launch(
+            RallyBinary.url, ["dm", "read", "--follow", "--json", "--home", homes.path("bob").path] + common,
+            stderr: .inherit)
+        let reader = LineReader(follower.standardOutput!)
+        // The connection's status comes first, as its own kind of line.
+        struct StatusLine: Decodable {
+            let event: String
+            let status: String
+            let indicator: Bool
+        }
+        let status = try JSONDecoder().decode(
+            StatusLine.self, from: Data(try #require(try await reader.nextLine()).utf8))
+        #expect(status.event == "connection" && status.status == "connected" && !status.indicator)
         var lines: [String] = []
         for text in ["first", "second"] {
             let sent = try await RallyBinary.run(
@@ -113,7 +119,7 @@ struct CLITests {
             if let line = try await reader.nextLine() { lines.append(line) }
         }
         try await onOwnThread {
-            follower.terminate()
+            follower.signal()
             follower.waitUntilExit()
         }
         let messages = try lines.map { try JSONDecoder().decode(MessageJSON.self, from: Data($0.utf8)) }

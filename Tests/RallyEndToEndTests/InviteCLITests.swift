@@ -66,14 +66,9 @@ struct InviteCLITests {
 
         /// Starts `rally watch --json` for `home` and returns once it
         /// answers for at least one invite inbox.
-        func startWatch(_ home: String) async throws -> (Process, LineReader) {
-            let watcher = Process()
-            watcher.executableURL = RallyBinary.url
-            watcher.arguments = ["watch", "--json"] + args(home)
-            let out = Pipe()
-            watcher.standardOutput = out
-            try watcher.run()
-            let reader = LineReader(out.fileHandleForReading)
+        func startWatch(_ home: String) async throws -> (ChildProcess, LineReader) {
+            let watcher = try ChildProcess.launch(RallyBinary.url, ["watch", "--json"] + args(home), stderr: .inherit)
+            let reader = LineReader(watcher.standardOutput!)
             while let line = try await reader.nextLine() {
                 let event = try json(WatchEventJSON.self, line)
                 if event.event == "following", event.inviteInboxes?.isEmpty == false { break }
@@ -81,9 +76,9 @@ struct InviteCLITests {
             return (watcher, reader)
         }
 
-        func stop(_ process: Process) async throws {
+        func stop(_ process: ChildProcess) async throws {
             try await onOwnThread {
-                process.terminate()
+                process.signal()
                 process.waitUntilExit()
             }
         }
@@ -232,13 +227,9 @@ struct InviteCLITests {
 /// Decodes a QR code image with zbar (Debian's zbar-tools).
 func zbarDecode(_ path: String) async throws -> String {
     try await onOwnThread {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/zbarimg")
-        process.arguments = ["--raw", "-q", path]
-        let out = Pipe()
-        process.standardOutput = out
-        try process.run()
-        let data = out.fileHandleForReading.readDataToEndOfFile()
+        let process = try ChildProcess.launch(
+            URL(fileURLWithPath: "/usr/bin/zbarimg"), ["--raw", "-q", path], stderr: .inherit)
+        let data = process.standardOutput!.readDataToEndOfFile()
         process.waitUntilExit()
         // The decoded symbol is the first line; some zbar builds append
         // D-Bus complaints ("Connection Error …") to standard output.

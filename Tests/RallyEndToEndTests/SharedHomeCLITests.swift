@@ -39,17 +39,12 @@ struct SharedHomeCLITests {
         }
 
         /// Starts `rally watch --json` and returns once it follows `groups`.
-        func startWatch(_ home: String, following groups: Set<String>) async throws -> Process {
-            let watcher = Process()
-            watcher.executableURL = RallyBinary.url
-            watcher.arguments = [
-                "watch", "--json", "--home", homes.path(home).path, "--relay", relay.url.absoluteString,
-            ]
-            let out = Pipe()
-            watcher.standardOutput = out
-            watcher.standardError = FileHandle.nullDevice
-            try watcher.run()
-            let reader = LineReader(out.fileHandleForReading)
+        func startWatch(_ home: String, following groups: Set<String>) async throws -> ChildProcess {
+            let watcher = try ChildProcess.launch(
+                RallyBinary.url,
+                ["watch", "--json", "--home", homes.path(home).path, "--relay", relay.url.absoluteString],
+                stderr: .null)
+            let reader = LineReader(watcher.standardOutput!)
             while let line = try await reader.nextLine() {
                 let event = try JSONDecoder().decode(WatchEventJSON.self, from: Data(line.utf8))
                 if event.event == "following", groups.isSubset(of: Set(event.groups ?? [])) { break }
@@ -59,9 +54,9 @@ struct SharedHomeCLITests {
             return watcher
         }
 
-        func stop(_ process: Process) async throws {
+        func stop(_ process: ChildProcess) async throws {
             try await onOwnThread {
-                process.terminate()
+                process.signal()
                 process.waitUntilExit()
             }
         }

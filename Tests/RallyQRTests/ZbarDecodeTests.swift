@@ -30,18 +30,11 @@ enum Zbar {
     }
 
     private static func runBlocking(_ executable: URL, file: URL) throws -> Output {
-        let process = Process()
-        process.executableURL = executable
-        process.arguments = ["--raw", "-q", file.path]
-        let out = Pipe()
-        let err = Pipe()
-        process.standardOutput = out
-        process.standardError = err
-        try process.run()
+        let process = try ChildProcess.launch(executable, ["--raw", "-q", file.path])
         // Both outputs are a few kilobytes at most, well under a pipe's
         // buffer, so reading them one after the other cannot deadlock.
-        let stdout = out.fileHandleForReading.readDataToEndOfFile()
-        let stderr = err.fileHandleForReading.readDataToEndOfFile()
+        let stdout = process.standardOutput!.readDataToEndOfFile()
+        let stderr = process.standardError!.readDataToEndOfFile()
         process.waitUntilExit()
         var text = String(decoding: stdout, as: UTF8.self)
         // --raw still ends each symbol's data with a newline.

@@ -33,57 +33,48 @@ public enum RallyBinary {
     }
 
     static func runBlocking(_ arguments: [String], environment: [String: String]) throws -> Result {
-        let process = Process()
-        process.executableURL = url
-        process.arguments = arguments
         var env = ProcessInfo.processInfo.environment
         for (key, value) in environment { env[key] = value }
-        process.environment = env
-        let out = Pipe()
-        let err = Pipe()
-        process.standardOutput = out
-        process.standardError = err
-        try process.run()
+        let process = try ChildProcess.launch(url, arguments, environment: env)
         // Drain stderr on another thread while reading stdout, so a chatty
         // child can never block on a full pipe.
-        let errBox = PipeDrain(err.fileHandleForReading)
-        let outData = out.fileHandleForReading.readDataToEndOfFile()
+        let errBox = PipeDrain(process.standardError!)
+        let outData = process.standardOutput!.readDataToEndOfFile()
         let errBytes = errBox.wait()
-        process.waitUntilExit()
+        let status = process.waitUntilExit()
         return Result(
-            status: process.terminationStatus, stdout: String(decoding: outData, as: UTF8.self),
+            status: status, stdout: String(decoding: outData, as: UTF8.self),
             stderr: String(decoding: errBytes, as: UTF8.self))
     }
 }
 
 /// `rally relay` as a child process, for tests that kill it.
 public final class RelayProcess: Sendable {
-    public let process: Process
+    public let process: ChildProcess
     public let url: URL
     public let port: Int
 
-    private init(process: Process, url: URL, port: Int) {
+    private init(process: ChildProcess, url: URL, port: Int) {
         self.process = process
         self.url = url
         self.port = port
     }
 
-    /// Starts `rally relay --port PORT --data DIR` and waits for its
-    /// "listening on" line.
-    public static func start(dataDirectory: URL, port: Int = 0) async throws -> RelayProcess {
-        try await onOwnThread { try startBlocking(dataDirectory: dataDirectory, port: port) }
+    /// Starts `rally relay --port PORT --data DIR` (with `arguments` after
+    /// them, e.g. `--public-url`) and waits for its "listening on" line.
+    public static func start(dataDirectory: URL, port: Int = 0, arguments: [String] = []) async throws -> RelayProcess {
+        try await onOwnThread { try startBlocking(dataDirectory: dataDirectory, port: port, arguments: arguments) }
     }
 
-    static func startBlocking(dataDirectory: URL, port: Int) throws -> RelayProcess {
-        let process = Process()
-        process.executableURL = RallyBinary.url
-        process.arguments = ["relay", "--port", String(port), "--data", dataDirectory.path, "--log-level", "error"]
-        let out = Pipe()
-        process.standardOutput = out
-        try process.run()
+    static func startBlocking(dataDirectory: URL, port: Int, arguments: [String] = []) throws -> RelayProcess {
+        let process = try ChildProcess.launch(
+            RallyBinary.url,
+            ["relay", "--port", String(port), "--data", dataDirectory.path, "--log-level", "error"] + arguments,
+            stderr: .inherit)
+        let out = process.standardOutput!
         var buffer = Data()
         while true {
-            let chunk = out.fileHandleForReading.availableData
+            let chunk = out.availableData
             guard !chunk.isEmpty else { throw RelayProcessError.exitedBeforeListening }
             buffer.append(chunk)
             let text = String(decoding: buffer, as: UTF8.self)
@@ -99,7 +90,7 @@ public final class RelayProcess: Sendable {
     public func kill(signal: Int32 = SIGKILL) async {
         let process = self.process
         try? await onOwnThread {
-            Foundation.kill(process.processIdentifier, signal)
+            process.signal(signal)
             process.waitUntilExit()
         }
     }

@@ -11,14 +11,20 @@ public struct TestRelay: Sendable {
     public var url: URL { relay.url }
 
     /// `publicURL`: where clients reach the relay, when that is not the
-    /// relay itself (a proxy in front of it).
-    public static func start(limits: RelayLimits = .default, publicURL: URL? = nil) async throws -> TestRelay {
-        let directory = TemporaryDirectory("rally-relay")
+    /// relay itself (a proxy in front of it); `acceptsBindOrigins`: clients
+    /// that reach it directly (``RunningRelay/boundURL``) are accepted too.
+    /// `directory`: where its store lives (a restart reuses it).
+    public static func start(
+        limits: RelayLimits = .default, publicURL: URL? = nil, acceptsBindOrigins: Bool = false, port: Int = 0,
+        directory: TemporaryDirectory? = nil
+    ) async throws -> TestRelay {
+        let directory = directory ?? TemporaryDirectory("rally-relay")
         var logger = Logger(label: "rally.test.relay")
         logger.logLevel = .warning
         let relay = try await RunningRelay.start(
             configuration: RelayConfiguration(
-                port: 0, dataDirectory: directory.path("data"), limits: limits, publicURL: publicURL),
+                port: port, dataDirectory: directory.path("data"), limits: limits, publicURL: publicURL,
+                acceptsBindOrigins: acceptsBindOrigins),
             logger: logger)
         return TestRelay(relay: relay, directory: directory)
     }
@@ -26,6 +32,12 @@ public struct TestRelay: Sendable {
     public func stop() async {
         await relay.stop()
         directory.remove()
+    }
+
+    /// Stops the relay (gracefully: its clients are told it is shutting
+    /// down) and keeps its store for a restart.
+    public func stopKeepingData() async {
+        await relay.stop()
     }
 }
 

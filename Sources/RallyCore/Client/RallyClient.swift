@@ -88,22 +88,25 @@ public actor RallyClient {
     ///   - transport: How to reach the relay; nil is a ``WebSocketTransport``
     ///     to `relayURL`.
     ///   - clock: The wall clock and pauses (injected in tests).
+    ///   - connection: How the relay connection recovers (transport
+    ///     choice, backoff, heartbeat, status timers).
     /// - Throws: ``RallyClientError/store(_:)`` when the home cannot be
     ///   opened or already holds an identity; ``RallyClientError/relay(_:)``
     ///   when the key bundle cannot be published.
     public static func create(
         home: URL, relayURL: URL, displayName: String, codecs: CodecRegistry = .standard,
         logger: Logger = Logger(label: "rally.client"), secrets: (any SecretStore)? = nil,
-        transport: (any RelayTransport)? = nil, clock: ClientClock = .system
+        transport: (any RelayTransport)? = nil, clock: ClientClock = .system,
+        connection: ConnectionPolicy = .standard
     ) async throws(RallyClientError) -> RallyClient {
         let store = try openStore(home: home, secrets: secrets)
         let existing = try ClientContext.stored { () throws(LocalStoreError) in try store.loadIdentity() }
         if existing != nil { throw .store(.identityExists(home.path)) }
         let identity = Identity(displayName: displayName)
         let client = RallyClient(
-            context: ClientContext(
-                identity: identity, store: store, transport: transport ?? WebSocketTransport(relayURL: relayURL),
-                clock: clock, backoff: .standard, codecs: codecs, logger: logger))
+            context: makeContext(
+                identity: identity, store: store, relayURL: relayURL, transport: transport, clock: clock,
+                connection: connection, codecs: codecs, logger: logger))
         try await client.publishKeyBundle()
         try client.context.stored { () throws(LocalStoreError) in try store.saveIdentity(identity) }
         return client
@@ -117,19 +120,32 @@ public actor RallyClient {
     ///     the home's owner-only database).
     ///   - transport: How to reach the relay; nil is a ``WebSocketTransport``.
     ///   - clock: The wall clock and pauses.
+    ///   - connection: How the relay connection recovers.
     /// - Throws: ``RallyClientError/noIdentity(home:)`` when the home holds
     ///   none; ``RallyClientError/store(_:)`` when it cannot be read.
     public static func open(
         home: URL, relayURL: URL, codecs: CodecRegistry = .standard, logger: Logger = Logger(label: "rally.client"),
-        secrets: (any SecretStore)? = nil, transport: (any RelayTransport)? = nil, clock: ClientClock = .system
+        secrets: (any SecretStore)? = nil, transport: (any RelayTransport)? = nil, clock: ClientClock = .system,
+        connection: ConnectionPolicy = .standard
     ) throws(RallyClientError) -> RallyClient {
         let store = try openStore(home: home, secrets: secrets)
         let identity = try ClientContext.stored { () throws(LocalStoreError) in try store.loadIdentity() }
         guard let identity else { throw .noIdentity(home: home.path) }
         return RallyClient(
-            context: ClientContext(
-                identity: identity, store: store, transport: transport ?? WebSocketTransport(relayURL: relayURL),
-                clock: clock, backoff: .standard, codecs: codecs, logger: logger))
+            context: makeContext(
+                identity: identity, store: store, relayURL: relayURL, transport: transport, clock: clock,
+                connection: connection, codecs: codecs, logger: logger))
+    }
+
+    private static func makeContext(
+        identity: Identity, store: LocalStore, relayURL: URL, transport: (any RelayTransport)?, clock: ClientClock,
+        connection: ConnectionPolicy, codecs: CodecRegistry, logger: Logger
+    ) -> ClientContext {
+        let transports = RelayTransports.choose(relayURL: relayURL, given: transport, policy: connection)
+        let monitor = ConnectionMonitor(clock: connection.statusClock ?? clock, startsOn: transports.startsOn)
+        return ClientContext(
+            identity: identity, store: store, transports: transports, monitor: monitor, clock: clock,
+            policy: connection, codecs: codecs, logger: logger)
     }
 
     private static func openStore(home: URL, secrets: (any SecretStore)?) throws(RallyClientError) -> LocalStore {
@@ -155,6 +171,62 @@ public actor RallyClient {
     /// one).
     public func disconnect() async {
         await context.links.disconnect()
+    }
+
+    /// The relay connection's status as the connection-status machine
+    /// sees it: what to show, and whether to play the haptic. The first
+    /// update is the current status; one follows every change. Live
+    /// followers (``watch(handler:)``, the `follow` methods) drive it.
+    public nonisolated func connectionStatusUpdates() async -> AsyncStream<ConnectionStatusUpdate> {
+        await context.monitor.updates()
+    }
+
+    /// The relay connection as a whole: status, transport in use,
+    /// followers live and recovering, recovery attempts per rung.
+    public nonisolated func connectionReport() async -> ConnectionReport {
+        await context.monitor.report
+    }
+
+    /// The user's "Leave": the status becomes idle and live followers
+    /// stop recovering and end.
+    public nonisolated func leaveConnection() async {
+        await context.monitor.leave()
+    }
+
+    /// Whether the relay answers now, on the transport the client would
+    /// use, without changing the connection status.
+    public func probeRelay() async -> RelayProbe {
+        let transport = await context.monitor.transport
+        do throws(RelayClientError) {
+            let link = try await context.links.connected()
+            try await link.ping()
+            return RelayProbe(reachable: true, transport: transport, error: nil)
+        } catch {
+            return RelayProbe(reachable: false, transport: transport, error: error)
+        }
+    }
+
+    // MARK: Outbox
+
+    /// How many outgoing messages wait in this home for the relay, and how
+    /// many it refused for good.
+    public nonisolated func outboxCounts() throws(RallyClientError) -> OutboxCounts {
+        try context.outbox.counts()
+    }
+
+    /// The outgoing messages the relay refused for good, with its reason.
+    public nonisolated func failedOutgoing() throws(RallyClientError) -> [OutgoingFailure] {
+        try context.outbox.failures()
+    }
+
+    /// Sends what waits in the outbox, oldest first. Live followers do
+    /// this by themselves whenever they (re)connect.
+    /// - Returns: How many were sent.
+    /// - Throws: ``RallyClientError/store(_:)`` when the home cannot be
+    ///   read.
+    @discardableResult
+    public func sendQueued() async throws(RallyClientError) -> Int {
+        try await context.outbox.flush().values.filter { if case .sent = $0 { true } else { false } }.count
     }
 
     // MARK: Keys

@@ -369,6 +369,13 @@ public actor RelayConnection: RelayLink {
             // that the connection is about to close.
             if !error.topic.isEmpty, let continuation = subscriptions.removeValue(forKey: error.topic) {
                 continuation.finish(throwing: RelayClientError(error))
+            } else if error.code == .shuttingDown {
+                // The relay is going away: end every subscription now so
+                // followers reconnect (jittered) instead of waiting for the
+                // socket to close.
+                logger.info("the relay is shutting down")
+                closed(RelayClientError(error))
+                Task { await self.close() }
             } else {
                 logger.warning("relay error: \(error.code.name): \(error.message)")
                 closedError = RelayClientError(error)

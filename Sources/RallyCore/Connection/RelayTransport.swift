@@ -56,6 +56,11 @@ public protocol RelayLink: Sendable {
     /// Ends a subscription.
     func unsubscribe(topic: TopicName) async
 
+    /// Asks the relay for a sign of life on this link: the ladder's first,
+    /// cheapest rung when a link looks degraded.
+    /// - Throws: a transport failure when the relay does not answer.
+    func ping() async throws(RelayClientError)
+
     /// Closes the link; pending requests fail with `.disconnected`.
     func close() async
 }

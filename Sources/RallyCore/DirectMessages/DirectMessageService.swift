@@ -46,19 +46,32 @@ struct DirectMessageService: Sendable {
         }
         let topic = try! TopicName.inbox(recipient.rawValue)
         let messageID = body.messageID
-        let ack = try await context.withRetries("publish") { link throws(RelayClientError) in
-            try await link.publish(
-                topic: topic, payload: sealed, idempotencyKey: messageID, shouldPush: content.shouldPush)
-        }
         let decoded = context.codecs.decode(content)
         let stored = StoredMessage(
             id: messageID.hexString, conversation: recipient.rawValue, outgoing: true, sender: identity.inboxID,
-            senderName: identity.displayName, sentAt: now, receivedAt: now, topic: topic.rawValue, seq: ack.seq,
+            senderName: identity.displayName, sentAt: now, receivedAt: now, topic: topic.rawValue, seq: nil,
             contentType: decoded.contentType.description, encodedContent: FrameCodec.encode(content),
             displayText: decoded.displayText, isKnownType: decoded.isKnown)
-        guard keepCopy else { return stored }
-        try context.stored { () throws(LocalStoreError) in try context.store.saveOutgoing(stored) }
-        return stored
+        // Queued with the message in one transaction, then sent with
+        // everything queued before it: a message typed while the relay is
+        // out of reach waits in the home, not in memory.
+        let item = OutboxRecord(
+            messageID: stored.id, topic: topic.rawValue, payload: sealed, idempotencyKey: messageID,
+            shouldPush: content.shouldPush, queuedAtMs: ClientClock.millis(now), attempts: 0)
+        try context.stored { () throws(LocalStoreError) in
+            try context.store.queueOutgoing(keepCopy ? stored : nil, item)
+        }
+        let outcomes = try await context.outbox.flush()
+        switch outcomes[stored.id] {
+        case .sent(let seq)?:
+            return stored.withSeq(seq)
+        case .failed(let error)?:
+            throw .relay(error)
+        case .queued?, nil:
+            // Another process's flush may have sent it meanwhile.
+            if let current = try? context.store.message(id: stored.id), current.seq != nil { return current }
+            return stored
+        }
     }
 
     /// Direct messages stored here (sent and received), oldest first;

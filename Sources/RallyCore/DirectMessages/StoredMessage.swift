@@ -41,6 +41,18 @@ public struct StoredMessage: Sendable, Equatable, Codable {
         self.isKnownType = isKnownType
     }
 
+    /// Whether this outgoing message still waits in the home's outbox for
+    /// the relay (it has no place in its topic yet).
+    public var isQueued: Bool { outgoing && seq == nil }
+
+    /// This message with its place in the topic.
+    public func withSeq(_ seq: UInt64) -> StoredMessage {
+        StoredMessage(
+            id: id, conversation: conversation, outgoing: outgoing, sender: sender, senderName: senderName,
+            sentAt: sentAt, receivedAt: receivedAt, topic: topic, seq: seq, contentType: contentType,
+            encodedContent: encodedContent, displayText: displayText, isKnownType: isKnownType)
+    }
+
     /// This message shown under another name: a group message's sender is
     /// named by the group's signed member record, not by the name the
     /// sender put in the message.

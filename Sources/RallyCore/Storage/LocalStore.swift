@@ -130,6 +130,9 @@ final class LocalStore: Sendable {
             try EpochKeyRecord.moveKeysToSecrets(db)
             try InviteSeedRecord.moveSeedsToSecrets(db)
         }
+        migrator.registerMigration("v5-outbox") { db in
+            try OutboxRecord.createTable(db)
+        }
         return migrator
     }
 

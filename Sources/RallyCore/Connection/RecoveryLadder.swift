@@ -1,0 +1,68 @@
+/// The escalation ladder a follower climbs while its relay link is down:
+/// each failed attempt waits the backoff's pause and tries the next, heavier
+/// rung; after the last rung it starts again from the first, with the pause
+/// still growing, until one works. Pure: the caller supplies the jitter.
+public struct RecoveryLadder: Sendable, Equatable {
+    /// One recovery action, lightest first.
+    public enum Rung: String, Sendable, CaseIterable, Codable {
+        /// Ask the link the follower had for a sign of life; if it answers,
+        /// resubscribe on it from the cursor.
+        case ping
+        /// Open a new WebSocket (a new TCP connection, the relay's
+        /// challenge, authentication) and resubscribe from the cursor.
+        case reconnect
+        /// Start the session over: drop every link this client holds,
+        /// publish the key bundle again (a relay restored from an older
+        /// store may have lost it), authenticate on a new WebSocket and
+        /// resubscribe from the cursor.
+        case reauthenticate
+        /// Long-poll over HTTP from the cursor, for networks that pass
+        /// HTTP but not WebSockets.
+        case httpFallback
+    }
+
+    /// One step: what to try and how long to wait before trying it.
+    public struct Step: Sendable, Equatable {
+        public var attempt: Int
+        public var rung: Rung
+        public var delay: Duration
+    }
+
+    public let backoff: Backoff
+    public let rungs: [Rung]
+    /// Attempts made since the last recovery.
+    public private(set) var attempts = 0
+    private var nextRung = 0
+
+    /// `rungs`: the ladder (without a fallback transport, the client
+    /// leaves out ``Rung/httpFallback``; with HTTP forced, only the rungs
+    /// that make sense over HTTP remain).
+    public init(backoff: Backoff, rungs: [Rung] = Rung.allCases) {
+        self.backoff = backoff
+        self.rungs = rungs.isEmpty ? [.reconnect] : rungs
+    }
+
+    /// The next attempt. Attempt n waits a uniformly random pause in
+    /// `0 ... min(cap, base · 2^(n-1))`; `unit` is that uniform draw.
+    public mutating func next(unit: Double) -> Step {
+        attempts += 1
+        let rung = rungs[nextRung % rungs.count]
+        nextRung += 1
+        return Step(attempt: attempts, rung: rung, delay: backoff.delay(attempt: attempts, unit: unit))
+    }
+
+    /// The relay announced it is shutting down: its links are gone, so skip
+    /// the ping and reconnect after a jittered pause within `window`.
+    public mutating func afterShutdownNotice(window: Duration, unit: Double) -> Step {
+        attempts += 1
+        let rung: Rung = rungs.contains(.reconnect) ? .reconnect : rungs[0]
+        nextRung = (rungs.firstIndex(of: rung) ?? 0) + 1
+        return Step(attempt: attempts, rung: rung, delay: window * min(max(unit, 0), 1))
+    }
+
+    /// A rung worked: the next trouble starts from the bottom again.
+    public mutating func recovered() {
+        attempts = 0
+        nextRung = 0
+    }
+}

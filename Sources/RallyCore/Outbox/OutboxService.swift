@@ -1,0 +1,121 @@
+import Foundation
+import RallyWire
+
+/// What became of one queued publish after a flush.
+enum OutboxDelivery: Sendable, Equatable {
+    case sent(seq: UInt64)
+    /// Still queued: the relay could not be reached (the reason says why).
+    case queued(reason: String)
+    /// The relay refused it for good.
+    case failed(RelayClientError)
+}
+
+/// Sends the home's queued publishes, oldest first, one flush at a time
+/// per process. Another process on the same home may flush at the same
+/// time: both send in queue order with the same idempotency keys, so the
+/// relay stores each once and the order per topic holds.
+struct OutboxService: Sendable {
+    let context: ClientContext
+    let gate: FlushGate
+
+    /// Flushes the queue: stops at the first transient failure (the rest
+    /// waits its turn, keeping the order), marks what the relay refuses for
+    /// good. Returns what happened to each item it reached.
+    @discardableResult
+    func flush() async throws(RallyClientError) -> [String: OutboxDelivery] {
+        let context = self.context
+        let result = await gate.serially { () async -> Result<[String: OutboxDelivery], RallyClientError> in
+            do throws(RallyClientError) {
+                return .success(try await Self.sendQueued(context))
+            } catch {
+                return .failure(error)
+            }
+        }
+        return try result.get()
+    }
+
+    private static func sendQueued(_ context: ClientContext) async throws(RallyClientError) -> [String: OutboxDelivery]
+    {
+        var outcomes: [String: OutboxDelivery] = [:]
+        let queued = try context.stored { () throws(LocalStoreError) in try context.store.queuedOutgoing() }
+        for item in queued {
+            guard let topic = try? TopicName(validating: item.topic) else {
+                try context.stored { () throws(LocalStoreError) in
+                    try context.store.outgoingFailed(item, reason: "not a topic name: \(item.topic)")
+                }
+                continue
+            }
+            let ack: WirePublishAck
+            do throws(RelayClientError) {
+                ack = try await publish(item, to: topic, context)
+            } catch {
+                if error.isTransient {
+                    try context.stored { () throws(LocalStoreError) in
+                        try context.store.outgoingDeferred(item, reason: error.description)
+                    }
+                    outcomes[item.messageID] = .queued(reason: error.description)
+                    return outcomes
+                }
+                try context.stored { () throws(LocalStoreError) in
+                    try context.store.outgoingFailed(item, reason: error.description)
+                }
+                outcomes[item.messageID] = .failed(error)
+                continue
+            }
+            try context.stored { () throws(LocalStoreError) in try context.store.outgoingSent(item, seq: ack.seq) }
+            outcomes[item.messageID] = .sent(seq: ack.seq)
+        }
+        return outcomes
+    }
+
+    /// One publish on the shared link, retried on transient failures (a
+    /// new link after a dropped one) with the context's backoff, like any
+    /// idempotent request; past the last attempt the item waits in the
+    /// queue for the next flush.
+    private static func publish(
+        _ item: OutboxRecord, to topic: TopicName, _ context: ClientContext
+    ) async throws(RelayClientError) -> WirePublishAck {
+        var attempt = 0
+        while true {
+            attempt += 1
+            do throws(RelayClientError) {
+                let link = try await context.links.connected()
+                do throws(RelayClientError) {
+                    return try await link.publish(
+                        topic: topic, payload: item.payload, idempotencyKey: item.idempotencyKey,
+                        shouldPush: item.shouldPush)
+                } catch {
+                    if error.isTransient, error.code == nil { await context.links.disconnect() }
+                    throw error
+                }
+            } catch {
+                guard error.isTransient, attempt < ClientContext.requestAttempts else { throw error }
+                context.logger.info("retrying the publish of \(item.messageID) after: \(error)")
+                await context.pause(attempt)
+            }
+        }
+    }
+
+    func counts() throws(RallyClientError) -> OutboxCounts {
+        try context.stored { () throws(LocalStoreError) in try context.store.outboxCounts() }
+    }
+
+    func failures() throws(RallyClientError) -> [OutgoingFailure] {
+        try context.stored { () throws(LocalStoreError) in try context.store.failedOutgoing() }
+    }
+}
+
+/// Runs flushes one after another within a process.
+actor FlushGate {
+    private var tail: Task<Void, Never>?
+
+    func serially<T: Sendable>(_ body: @escaping @Sendable () async -> T) async -> T {
+        let previous = tail
+        let task = Task<T, Never> {
+            await previous?.value
+            return await body()
+        }
+        tail = Task { _ = await task.value }
+        return await task.value
+    }
+}
