@@ -502,6 +502,51 @@ struct ConnectionRecoveryTests {
         await network.stop()
     }
 
+    @Test(
+        "A group message typed offline is queued, survives a restart, is sealed under the group's state when the relay is back, and every member reads it once"
+    )
+    func groupOutbox() async throws {
+        let network = try await FaultyNetwork.start()
+        let alice = try await network.directClient("alice")
+        let bob = try await network.client("bob")
+        let carol = try await network.directClient("carol")
+        let groupID = try await alice.createGroup(name: "Climbing").groupID
+        _ = try await alice.addMember(bob.inboxID, to: groupID)
+        _ = try await alice.addMember(carol.inboxID, to: groupID)
+        for member in [bob, carol] {
+            _ = try await member.syncInbox()
+            _ = try await member.syncGroup(groupID)
+        }
+        let epochBefore = try await bob.group(groupID).state.epoch
+
+        network.proxy.setMode(.refuse)
+        network.proxy.resetAll()
+        let queued = try await bob.sendGroupText("typed offline", to: groupID)
+        #expect(queued.isQueued)
+        #expect(try await bob.groupMessages(in: groupID).map(\.displayText) == ["typed offline"])
+        // Meanwhile the group moves on: Carol is removed, a new key.
+        _ = try await alice.removeMember(carol.inboxID, from: groupID)
+        await bob.disconnect()
+
+        let restarted = try network.reopen("bob")
+        #expect(try restarted.outboxCounts().queued == 1)
+        network.proxy.setMode(.pass)
+        #expect(try await restarted.sendQueued() == 1)
+        #expect(try await restarted.sendQueued() == 0)
+        #expect(try await restarted.group(groupID).state.epoch > epochBefore)
+
+        let read = try await alice.syncGroup(groupID)
+        #expect(read.messages.map(\.displayText) == ["typed offline"])
+        #expect(try await alice.syncGroup(groupID).messages.isEmpty)
+        // Sealed under the key Carol never got.
+        #expect(try await carol.syncGroup(groupID).messages.isEmpty)
+        let mine = try await restarted.groupMessages(in: groupID)
+        #expect(mine.map(\.displayText) == ["typed offline"])
+        #expect(mine.first?.seq != nil)
+
+        await network.stop()
+    }
+
     @Test("The relay's SHUTTING_DOWN notice: followers reconnect first (no ping) and miss nothing")
     func shutdownNotice() async throws {
         let homes = TemporaryDirectory("rally-shutdown")

@@ -18,6 +18,8 @@ struct ClientContext: Sendable {
     let logger: Logger
     /// Serializes this process's flushes of the home's outbox.
     let outboxGate: FlushGate
+    /// Where queued group messages are sealed and sent.
+    let outboxRoutes: OutboxRoutes
 
     /// `transports`: how to reach the relay (and whether there is an HTTP
     /// fallback); `monitor`: the client's one connection status, shared
@@ -25,7 +27,7 @@ struct ClientContext: Sendable {
     init(
         identity: Identity, store: LocalStore, transports: RelayTransports, monitor: ConnectionMonitor,
         clock: ClientClock, policy: ConnectionPolicy, codecs: CodecRegistry, logger: Logger,
-        outboxGate: FlushGate = FlushGate()
+        outboxGate: FlushGate = FlushGate(), outboxRoutes: OutboxRoutes = OutboxRoutes()
     ) {
         self.identity = identity
         self.store = store
@@ -36,10 +38,11 @@ struct ClientContext: Sendable {
         self.codecs = codecs
         self.logger = logger
         self.outboxGate = outboxGate
+        self.outboxRoutes = outboxRoutes
     }
 
     /// The home's queue of outgoing publishes.
-    var outbox: OutboxService { OutboxService(context: self, gate: outboxGate) }
+    var outbox: OutboxService { OutboxService(context: self, gate: outboxGate, routes: outboxRoutes) }
 
     var relayURL: URL { links.transports.primary.relayURL }
     var monitor: ConnectionMonitor { links.monitor }
@@ -50,7 +53,7 @@ struct ClientContext: Sendable {
     func acting(as other: Identity) -> ClientContext {
         ClientContext(
             identity: other, store: store, transports: links.transports, monitor: links.monitor, clock: clock,
-            policy: policy, codecs: codecs, logger: logger, outboxGate: outboxGate)
+            policy: policy, codecs: codecs, logger: logger, outboxGate: outboxGate, outboxRoutes: outboxRoutes)
     }
 
     var inboxTopic: TopicName {

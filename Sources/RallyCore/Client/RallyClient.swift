@@ -70,6 +70,9 @@ public actor RallyClient {
         self.inviterDesk = desk
         self.joins = joins
         self.watcher = WatchService(context: context, inbox: inbox, log: log, desk: desk)
+        context.outboxRoutes.route { item, groupID throws(RallyClientError) in
+            try await groups.sendQueued(item, groupID: groupID)
+        }
     }
 
     // MARK: Identity
@@ -362,8 +365,10 @@ public actor RallyClient {
     }
 
     /// Sends a text message into a group (replacing the key first if a
-    /// member left).
-    /// - Returns: The message as the log stored it.
+    /// member left). When the relay is out of reach the message is queued
+    /// in the home (``StoredMessage/isQueued``) and sealed and sent when it
+    /// is back, like a direct message.
+    /// - Returns: The message as the log stored it, or as queued.
     /// - Throws: `.group(.mayNotSend)` for observers, `.group(.diverged)`
     ///   after the relay showed this device a forked history.
     public func sendGroupText(_ text: String, to reference: String) async throws(RallyClientError) -> StoredMessage {

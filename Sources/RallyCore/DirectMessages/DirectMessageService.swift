@@ -66,7 +66,7 @@ struct DirectMessageService: Sendable {
         case .sent(let seq)?:
             return stored.withSeq(seq)
         case .failed(let error)?:
-            throw .relay(error)
+            throw error
         case .queued?, nil:
             // Another process's flush may have sent it meanwhile.
             if let current = try? context.store.message(id: stored.id), current.seq != nil { return current }

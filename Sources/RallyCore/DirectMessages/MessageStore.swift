@@ -83,14 +83,21 @@ struct MessageRecord: Codable, FetchableRecord, PersistableRecord {
     }
 
     /// Stores a message after every other; false when its id was stored
-    /// already (a duplicate).
+    /// already (a duplicate). A duplicate that is this device's own queued
+    /// message (no place in its topic yet) takes the place the relay gave
+    /// it.
     static func insert(_ message: StoredMessage, _ db: Database) throws -> Bool {
         if let seq = message.seq, Int64(exactly: seq) == nil {
             throw LocalStoreError.corrupt("relay sequence number \(seq) is out of range")
         }
         let last = try Int64.fetchOne(db, sql: "SELECT MAX(local_order) FROM message") ?? 0
         try MessageRecord(message, localOrder: last + 1).insert(db, onConflict: .ignore)
-        return db.changesCount > 0
+        if db.changesCount > 0 { return true }
+        if let seq = message.seq {
+            try db.execute(
+                sql: "UPDATE message SET seq = ? WHERE id = ? AND seq IS NULL", arguments: [Int64(seq), message.id])
+        }
+        return false
     }
 }
 

@@ -160,6 +160,52 @@ struct GroupService: Sendable {
 
     func sendText(_ text: String, to reference: String) async throws(RallyClientError) -> StoredMessage {
         let groupID = try log.group(reference).groupID
+        let content: WireEncodedContent
+        do {
+            content = ContentCompression.compressedIfUseful(try TextCodec().encode(text))
+        } catch {
+            throw .content(error)
+        }
+        let messageID = MessageSealing.newMessageID()
+        let sentAt = context.clock.now()
+        do {
+            _ = try await seal(content, messageID: messageID, sentAt: sentAt, into: groupID)
+        } catch .relay(let error) where error.isTransient {
+            // Out of reach: the message waits in the home and is sealed
+            // when it is sent, under the group's state at that time.
+            return try queue(content, messageID: messageID, sentAt: sentAt, in: groupID)
+        }
+        // Reading our own message back from the log stores it at its
+        // position, exactly as the other members see it.
+        let report = try await log.sync(groupID)
+        let id = messageID.hexString
+        if let mine = report.messages.first(where: { $0.id == id }) { return mine }
+        if let stored = try? context.store.message(id: id), stored.conversation == groupID { return stored }
+        throw .relay(.protocolViolation("sent group message did not come back from the log"))
+    }
+
+    /// Sends a message the outbox held (see ``queue(_:messageID:sentAt:in:)``).
+    func sendQueued(_ item: OutboxRecord, groupID: String) async throws(RallyClientError) -> WirePublishAck {
+        let content: WireEncodedContent
+        do {
+            content = try FrameCodec.decode(
+                WireEncodedContent.self, from: item.payload, limit: WireLimits.maxFrameBytes)
+        } catch {
+            throw .store(.corrupt("queued group message \(item.messageID): \(error)"))
+        }
+        return try await seal(
+            content, messageID: item.idempotencyKey,
+            sentAt: Date(timeIntervalSince1970: Double(item.queuedAtMs) / 1000),
+            into: groupID)
+    }
+
+    /// Catches up with the log, signs and seals the message under the
+    /// current epoch (replacing the key first if a member left) and
+    /// publishes it; the message id is its idempotency key, so sending it
+    /// again after a lost acknowledgement stores it once.
+    private func seal(
+        _ content: WireEncodedContent, messageID: Data, sentAt: Date, into groupID: String
+    ) async throws(RallyClientError) -> WirePublishAck {
         try await log.sync(groupID)
         var record = try log.activeGroup(groupID)
         if record.state.needsRekey {
@@ -175,17 +221,11 @@ struct GroupService: Sendable {
             try context.store.epochKey(group: groupID, epoch: epoch)
         }
         guard let key else { throw .group(.missingEpochKey(epoch)) }
-        let content: WireEncodedContent
-        do {
-            content = ContentCompression.compressedIfUseful(try TextCodec().encode(text))
-        } catch {
-            throw .content(error)
-        }
         var body = WireMessageBody()
-        body.messageID = MessageSealing.newMessageID()
+        body.messageID = messageID
         body.sender = identity.publicIdentity.wireBundle
         body.recipient = groupID
-        body.sentAtMs = ClientClock.millis(context.clock.now())
+        body.sentAtMs = ClientClock.millis(sentAt)
         body.content = content
         var entry = WireGroupLogEntry()
         do {
@@ -197,14 +237,32 @@ struct GroupService: Sendable {
         } catch {
             throw .recipientKeysInvalid(identity.inboxID, reason: error.description)
         }
-        _ = try await committer.publishEntry(entry, to: record, key: body.messageID)
-        // Reading our own message back from the log stores it at its
-        // position, exactly as the other members see it.
-        let report = try await log.sync(groupID)
-        let id = body.messageID.hexString
-        if let mine = report.messages.first(where: { $0.id == id }) { return mine }
-        if let stored = try? context.store.message(id: id), stored.conversation == groupID { return stored }
-        throw .relay(.protocolViolation("sent group message did not come back from the log"))
+        return try await committer.publishEntry(entry, to: record, key: messageID)
+    }
+
+    /// Keeps a message the relay could not take now: stored as outgoing
+    /// without a place in the log, and queued in the same transaction.
+    private func queue(
+        _ content: WireEncodedContent, messageID: Data, sentAt: Date, in groupID: String
+    ) throws(RallyClientError) -> StoredMessage {
+        let record = try log.activeGroup(groupID)
+        let identity = context.identity
+        guard let role = record.state.role(of: identity.inboxID), role.canSend else {
+            throw .group(.mayNotSend(record.state.role(of: identity.inboxID) ?? .observer))
+        }
+        let decoded = context.codecs.decode(content)
+        let message = StoredMessage(
+            id: messageID.hexString, conversation: groupID, outgoing: true, sender: identity.inboxID,
+            senderName: identity.displayName, sentAt: sentAt, receivedAt: sentAt, topic: record.topic.rawValue,
+            seq: nil, contentType: decoded.contentType.description, encodedContent: FrameCodec.encode(content),
+            displayText: decoded.displayText, isKnownType: decoded.isKnown)
+        let item = OutboxRecord(
+            messageID: message.id, topic: record.topic.rawValue, payload: FrameCodec.encode(content),
+            idempotencyKey: messageID, shouldPush: true, queuedAtMs: ClientClock.millis(sentAt), attempts: 0,
+            groupID: groupID)
+        try context.stored { () throws(LocalStoreError) in try context.store.queueOutgoing(message, item) }
+        context.logger.info("group \(groupID): message \(message.id) queued until the relay is reachable")
+        return message
     }
 
     /// The group's stored messages, oldest first.

@@ -6,8 +6,8 @@ enum OutboxDelivery: Sendable, Equatable {
     case sent(seq: UInt64)
     /// Still queued: the relay could not be reached (the reason says why).
     case queued(reason: String)
-    /// The relay refused it for good.
-    case failed(RelayClientError)
+    /// Refused for good (by the relay, or by the group's rules).
+    case failed(RallyClientError)
 }
 
 /// Sends the home's queued publishes, oldest first, one flush at a time
@@ -17,6 +17,7 @@ enum OutboxDelivery: Sendable, Equatable {
 struct OutboxService: Sendable {
     let context: ClientContext
     let gate: FlushGate
+    let routes: OutboxRoutes
 
     /// Flushes the queue: stops at the first transient failure (the rest
     /// waits its turn, keeping the order), marks what the relay refuses for
@@ -26,7 +27,7 @@ struct OutboxService: Sendable {
         let context = self.context
         let result = await gate.serially { () async -> Result<[String: OutboxDelivery], RallyClientError> in
             do throws(RallyClientError) {
-                return .success(try await Self.sendQueued(context))
+                return .success(try await self.sendQueued(context))
             } catch {
                 return .failure(error)
             }
@@ -34,8 +35,7 @@ struct OutboxService: Sendable {
         return try result.get()
     }
 
-    private static func sendQueued(_ context: ClientContext) async throws(RallyClientError) -> [String: OutboxDelivery]
-    {
+    private func sendQueued(_ context: ClientContext) async throws(RallyClientError) -> [String: OutboxDelivery] {
         var outcomes: [String: OutboxDelivery] = [:]
         let queued = try context.stored { () throws(LocalStoreError) in try context.store.queuedOutgoing() }
         for item in queued {
@@ -45,27 +45,49 @@ struct OutboxService: Sendable {
                 }
                 continue
             }
-            let ack: WirePublishAck
-            do throws(RelayClientError) {
-                ack = try await publish(item, to: topic, context)
-            } catch {
-                if error.isTransient {
-                    try context.stored { () throws(LocalStoreError) in
-                        try context.store.outgoingDeferred(item, reason: error.description)
-                    }
-                    outcomes[item.messageID] = .queued(reason: error.description)
-                    return outcomes
+            let sent: Result<WirePublishAck, RallyClientError>
+            if let groupID = item.groupID {
+                sent = await sendGroupItem(item, groupID: groupID)
+            } else {
+                do throws(RelayClientError) {
+                    sent = .success(try await Self.publish(item, to: topic, context))
+                } catch {
+                    sent = .failure(.relay(error))
                 }
+            }
+            switch sent {
+            case .success(let ack):
+                try context.stored { () throws(LocalStoreError) in try context.store.outgoingSent(item, seq: ack.seq) }
+                outcomes[item.messageID] = .sent(seq: ack.seq)
+            case .failure(.relay(let error)) where error.isTransient:
+                // The rest waits its turn, so the order per topic holds.
+                try context.stored { () throws(LocalStoreError) in
+                    try context.store.outgoingDeferred(item, reason: error.description)
+                }
+                outcomes[item.messageID] = .queued(reason: error.description)
+                return outcomes
+            case .failure(let error):
                 try context.stored { () throws(LocalStoreError) in
                     try context.store.outgoingFailed(item, reason: error.description)
                 }
                 outcomes[item.messageID] = .failed(error)
-                continue
             }
-            try context.stored { () throws(LocalStoreError) in try context.store.outgoingSent(item, seq: ack.seq) }
-            outcomes[item.messageID] = .sent(seq: ack.seq)
         }
         return outcomes
+    }
+
+    /// A queued group message, sealed and sent now by the group route
+    /// (under the group's epoch and transcript at this moment).
+    private func sendGroupItem(_ item: OutboxRecord, groupID: String) async -> Result<WirePublishAck, RallyClientError>
+    {
+        guard let send = routes.groups else {
+            return .failure(.relay(.disconnected("no group route in this process yet")))
+        }
+        do throws(RallyClientError) {
+            return .success(try await send(item, groupID))
+        } catch {
+            return .failure(error)
+        }
     }
 
     /// One publish on the shared link, retried on transient failures (a
@@ -102,6 +124,24 @@ struct OutboxService: Sendable {
 
     func failures() throws(RallyClientError) -> [OutgoingFailure] {
         try context.stored { () throws(LocalStoreError) in try context.store.failedOutgoing() }
+    }
+}
+
+/// Where queued items that are not sealed yet go to be sent: set once by
+/// the client that owns the services (group messages need the group
+/// service, which is built on the context).
+///
+/// `@unchecked Sendable`: `groups` is written and read only while `lock` is
+/// held.
+final class OutboxRoutes: @unchecked Sendable {
+    typealias GroupSender = @Sendable (OutboxRecord, String) async throws(RallyClientError) -> WirePublishAck
+    private let lock = NSLock()
+    private var groupSender: GroupSender?
+
+    var groups: GroupSender? { lock.withLock { groupSender } }
+
+    func route(groups sender: @escaping GroupSender) {
+        lock.withLock { groupSender = sender }
     }
 }
 

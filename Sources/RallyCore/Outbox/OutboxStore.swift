@@ -22,11 +22,15 @@ struct OutboxRecord: Codable, FetchableRecord, PersistableRecord, Sendable, Equa
     /// Set when the relay refused the publish for good (not a transient
     /// failure): the message stays here, marked, and is not sent again.
     var failedReason: String?
+    /// A group message waits as its encoded content, sealed when it is
+    /// sent (under the group's epoch and transcript at that time); nil for
+    /// a direct message, whose payload is sealed already.
+    var groupID: String?
 
     enum CodingKeys: String, CodingKey {
         case position, messageID = "message_id", topic, payload, idempotencyKey = "idempotency_key"
         case shouldPush = "should_push", queuedAtMs = "queued_at_ms", attempts, lastError = "last_error"
-        case failedReason = "failed_reason"
+        case failedReason = "failed_reason", groupID = "group_id"
     }
 
     enum Columns {
@@ -47,6 +51,7 @@ struct OutboxRecord: Codable, FetchableRecord, PersistableRecord, Sendable, Equa
             table.column("attempts", .integer).notNull()
             table.column("last_error", .text)
             table.column("failed_reason", .text)
+            table.column("group_id", .text)
         }
     }
 }
