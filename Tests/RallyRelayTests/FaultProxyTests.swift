@@ -145,6 +145,117 @@ struct FaultProxyTests {
         }
     }
 
+    @Test("stall holds a request's bytes; back to pass, they are delivered intact and answered")
+    func stallHoldsRequests() async throws {
+        try await withProxiedRelay { setup in
+            setup.proxy.setMode(.stall)
+            let request =
+                "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1:\(setup.proxy.port)\r\nConnection: close\r\n\r\n"
+            let length = request.utf8.count
+            let exchange = Task { try await RawHTTP.exchange(port: setup.proxy.port, request) }
+            try await setup.proxy.waitUntil { $0.heldBytesToUpstream >= length }
+            let stalled = setup.proxy.statistics
+            #expect(stalled.heldBytesToUpstream == length)
+            #expect(stalled.forwardedBytesToUpstream == 0)
+
+            setup.proxy.setMode(.pass)
+            let response = try await exchange.value
+            #expect(response.hasPrefix("HTTP/1.1 200"))
+            #expect(response.hasSuffix("\r\n\r\nok"))
+            let statistics = setup.proxy.statistics
+            #expect(statistics.forwardedBytesToUpstream == length)
+            #expect(statistics.delayedBytesToUpstream == length)
+            #expect(statistics.heldBytesToUpstream == 0)
+            #expect(statistics.heldBytesToClients == 0)
+            #expect(statistics.droppedBytesToUpstream == 0)
+            #expect(statistics.droppedBytesToClients == 0)
+        }
+    }
+
+    @Test("throttle: a 64 KiB download at 32 KiB/s arrives complete and identical")
+    func throttleDownload() async throws {
+        let payload = RawTCP.pattern(64 * 1024, seed: 7)
+        try await withProxiedPeer { proxy, peer in
+            proxy.setMode(.throttle(bytesPerSecond: 32 * 1024))
+            let served = Task {
+                try await RawTCP.run {
+                    let fd = try peer.accept()
+                    defer { close(fd) }
+                    try RawTCP.sendAll(fd, payload)
+                    shutdown(fd, Int32(SHUT_WR))
+                    return try RawTCP.receiveAll(fd).count
+                }
+            }
+            let received = try await RawTCP.run {
+                let fd = try RawTCP.connect(port: proxy.port)
+                defer { close(fd) }
+                shutdown(fd, Int32(SHUT_WR))
+                return try RawTCP.receiveAll(fd)
+            }
+            #expect(try await served.value == 0)
+            #expect(received.count == payload.count)
+            #expect(received == payload)
+
+            let statistics = proxy.statistics
+            #expect(statistics.forwardedBytesToClients == payload.count)
+            #expect(statistics.forwardedBytesToUpstream == 0)
+            // The bucket holds a tenth of a second's worth: most bytes waited.
+            #expect(statistics.delayedBytesToClients > 0)
+            #expect(statistics.heldBytesToClients == 0)
+            #expect(statistics.droppedBytesToClients == 0)
+        }
+    }
+
+    @Test("stall past its capacity stops reading (backpressure); back to pass, every byte arrives in order")
+    func stallBackpressure() async throws {
+        // More than the cap plus what the kernel buffers on loopback (a few
+        // MiB each way): the sender cannot finish while the proxy holds.
+        let payload = RawTCP.pattern(32 * 1024 * 1024, seed: 11)
+        try await withProxiedPeer { proxy, peer in
+            proxy.setMode(.stall)
+            let sink = Task {
+                try await RawTCP.run {
+                    let fd = try peer.accept()
+                    defer { close(fd) }
+                    return try RawTCP.receiveAll(fd)
+                }
+            }
+            let progress = SendProgress()
+            let sender = Task {
+                try await RawTCP.run {
+                    let fd = try RawTCP.connect(port: proxy.port)
+                    defer { close(fd) }
+                    try RawTCP.sendAll(fd, payload, progress: progress)
+                    shutdown(fd, Int32(SHUT_WR))
+                    return try RawTCP.receiveAll(fd).count
+                }
+            }
+
+            try await proxy.waitUntil { $0.heldBytesToUpstream >= FaultProxy.stallCapacity }
+            let stalled = proxy.statistics
+            // The cap, plus at most the one read that crossed it.
+            #expect(stalled.heldBytesToUpstream <= FaultProxy.stallCapacity + 64 * 1024)
+            #expect(stalled.forwardedBytesToUpstream == 0)
+            #expect(progress.sent < payload.count)
+
+            proxy.setMode(.pass)
+            let received = try await sink.value
+            #expect(try await sender.value == 0)
+            #expect(progress.sent == payload.count)
+            if received != payload {
+                let first = zip(received, payload).enumerated().first { $0.element.0 != $0.element.1 }?.offset
+                Issue.record("\(received.count) bytes received, differing from byte \(first ?? received.count)")
+            }
+
+            let statistics = proxy.statistics
+            #expect(statistics.forwardedBytesToUpstream == payload.count)
+            #expect(statistics.delayedBytesToUpstream >= FaultProxy.stallCapacity)
+            #expect(statistics.heldBytesToUpstream == 0)
+            #expect(statistics.droppedBytesToUpstream == 0)
+            #expect(statistics.droppedBytesToClients == 0)
+        }
+    }
+
     @Test("upstreamPort is asked per connection: a dead upstream closes the client, a new relay is found")
     func upstreamPortIsReadPerConnection() async throws {
         let upstream = UpstreamPort()
@@ -207,6 +318,22 @@ private func withProxiedRelay(_ body: (ProxiedRelay) async throws -> Void) async
     }
     await proxy.stop()
     await relay.stop()
+}
+
+/// A fault proxy in front of a plain loopback peer instead of a relay, for
+/// byte-exact transfers.
+private func withProxiedPeer(_ body: (FaultProxy, LoopbackListener) async throws -> Void) async throws {
+    let peer = try LoopbackListener()
+    defer { peer.close() }
+    let port = peer.port
+    let proxy = try await FaultProxy.start { port }
+    do {
+        try await body(proxy, peer)
+    } catch {
+        await proxy.stop()
+        throw error
+    }
+    await proxy.stop()
 }
 
 /// The relay port the proxy forwards to; asking waits until there is one.
@@ -297,4 +424,169 @@ private enum RawHTTP {
         }
         return String(decoding: response, as: UTF8.self)
     }
+}
+
+/// How far a blocking send got, read from another task.
+///
+/// `@unchecked Sendable`: `count` is only touched under `lock`.
+private final class SendProgress: @unchecked Sendable {
+    private let lock = NSLock()
+    private var count = 0
+
+    var sent: Int { lock.withLock { count } }
+
+    func add(_ bytes: Int) { lock.withLock { count += bytes } }
+}
+
+/// A listening socket on a free loopback port; each `accept()` blocks its
+/// caller (run it through ``RawTCP/run(_:)``).
+private final class LoopbackListener: Sendable {
+    let port: Int
+    private let fd: Int32
+
+    init() throws {
+        let fd = try RawTCP.makeSocket()
+        var yes: Int32 = 1
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, socklen_t(MemoryLayout<Int32>.size))
+        var address = RawTCP.loopback(port: 0)
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
+        }
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let named = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
+        }
+        guard bound == 0, named == 0, listen(fd, 8) == 0 else {
+            closeSocket(fd)
+            throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO)
+        }
+        self.fd = fd
+        self.port = Int(UInt16(bigEndian: address.sin_port))
+    }
+
+    /// Accepts one connection, with a 30 s receive timeout on it.
+    func accept() throws -> Int32 {
+        #if canImport(Glibc)
+            let connection = Glibc.accept(fd, nil, nil)
+        #else
+            let connection = Darwin.accept(fd, nil, nil)
+        #endif
+        guard connection >= 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
+        RawTCP.setReceiveTimeout(connection)
+        return connection
+    }
+
+    func close() { closeSocket(fd) }
+}
+
+/// Blocking loopback TCP for byte-exact transfers through the proxy.
+private enum RawTCP {
+    /// Runs blocking socket work on a thread of its own.
+    static func run<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { continuation in
+            DispatchQueue(label: "raw-tcp").async { continuation.resume(with: Result { try body() }) }
+        }
+    }
+
+    /// `count` deterministic pseudo-random bytes.
+    static func pattern(_ count: Int, seed: UInt64) -> [UInt8] {
+        var generator = SeededGenerator(seed: seed)
+        return [UInt8](unsafeUninitializedCapacity: count) { buffer, initialized in
+            var index = 0
+            while index < count {
+                var word = generator.next()
+                for _ in 0..<min(8, count - index) {
+                    buffer[index] = UInt8(truncatingIfNeeded: word)
+                    word >>= 8
+                    index += 1
+                }
+            }
+            initialized = count
+        }
+    }
+
+    static func makeSocket() throws -> Int32 {
+        #if canImport(Glibc)
+            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        #else
+            let fd = socket(AF_INET, SOCK_STREAM, 0)
+        #endif
+        guard fd >= 0 else { throw POSIXError(.EIO) }
+        return fd
+    }
+
+    static func loopback(port: Int) -> sockaddr_in {
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        return address
+    }
+
+    static func setReceiveTimeout(_ fd: Int32) {
+        var timeout = timeval(tv_sec: 30, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+    }
+
+    /// Connects to `port` on 127.0.0.1, with a 30 s receive timeout.
+    static func connect(port: Int) throws -> Int32 {
+        let fd = try makeSocket()
+        setReceiveTimeout(fd)
+        var address = loopback(port: port)
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connectSocket(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
+        }
+        guard connected == 0 else {
+            closeSocket(fd)
+            throw POSIXError(.ECONNREFUSED)
+        }
+        return fd
+    }
+
+    static func sendAll(_ fd: Int32, _ bytes: [UInt8], progress: SendProgress? = nil) throws {
+        var offset = 0
+        while offset < bytes.count {
+            let end = min(bytes.count, offset + 64 * 1024)
+            let written = bytes[offset..<end].withUnsafeBytes {
+                send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL))
+            }
+            guard written > 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
+            offset += written
+            progress?.add(written)
+        }
+    }
+
+    /// Reads until the peer closes.
+    static func receiveAll(_ fd: Int32) throws -> [UInt8] {
+        var received: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 64 * 1024)
+        while true {
+            let read = recv(fd, &buffer, buffer.count, 0)
+            if read == 0 { return received }
+            guard read > 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
+            received += buffer[0..<read]
+        }
+    }
+}
+
+/// `close(2)`, for scopes where a member named `close` hides it.
+private func closeSocket(_ fd: Int32) {
+    #if canImport(Glibc)
+        _ = Glibc.close(fd)
+    #else
+        _ = Darwin.close(fd)
+    #endif
+}
+
+/// `connect(2)`, for scopes where a member named `connect` hides it.
+private func connectSocket(_ fd: Int32, _ address: UnsafePointer<sockaddr>, _ length: socklen_t) -> Int32 {
+    #if canImport(Glibc)
+        Glibc.connect(fd, address, length)
+    #else
+        Darwin.connect(fd, address, length)
+    #endif
 }

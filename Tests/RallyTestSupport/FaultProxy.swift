@@ -10,7 +10,8 @@ import NIOPosix
 
 /// A TCP proxy on a loopback port, between clients and a real relay, that
 /// breaks the network on command: it passes bytes through, swallows them
-/// (a dead network), refuses connections, or blocks WebSocket upgrades.
+/// (a dead network), holds them (a frozen one), trickles them (a slow
+/// one), refuses connections, or blocks WebSocket upgrades.
 ///
 /// It forwards raw bytes, so it carries HTTP and WebSocket alike and the
 /// relay never knows it is there — except by origin: clients sign requests
@@ -23,14 +24,16 @@ import NIOPosix
 /// afterwards; a relay restarted on another port is found the same way.
 ///
 /// What the modes do to a connection (see ``Mode``) is decided when it is
-/// accepted, except that ``Mode/blackhole`` also silences the connections
-/// already open, and ``Mode/refuse`` resets them.
+/// accepted, except that ``Mode/blackhole``, ``Mode/stall`` and
+/// ``Mode/throttle(bytesPerSecond:)`` also act on the connections already
+/// open, and ``Mode/refuse`` resets them.
 ///
 /// Call ``stop()`` when done: the proxy owns an event loop thread.
 public final class FaultProxy: Sendable {
     /// How the proxy treats traffic.
     public enum Mode: Sendable, Equatable {
-        /// Forwards everything, both ways.
+        /// Forwards everything, both ways. Bytes that ``stall`` or
+        /// ``throttle(bytesPerSecond:)`` held are passed on first, in order.
         case pass
         /// A dead network: connections are still accepted and existing ones
         /// stay open, but nothing crosses in either direction — bytes are
@@ -54,9 +57,39 @@ public final class FaultProxy: Sendable {
         /// here upgrade on a fresh connection. Open connections are left
         /// alone; call ``FaultProxy/resetAll()`` to drop them.
         case refuseWebSocketUpgrades
+        /// A frozen network rather than a dead one: connections are still
+        /// accepted (and the relay's side connected), but nothing crosses
+        /// in either direction. Unlike ``blackhole`` nothing is lost: the
+        /// bytes read are held, in order, and passed on when the mode
+        /// allows again (``pass``, or at the throttled rate); closes are
+        /// held back behind them. Each connection holds at most
+        /// ``FaultProxy/stallCapacity`` bytes, both directions together
+        /// (plus the one read that crossed it, at most 64 KiB); then the
+        /// proxy stops reading from it, so the senders meet TCP
+        /// backpressure once the kernel's buffers fill. Held bytes are
+        /// lost only when a connection is reset (``refuse``,
+        /// ``FaultProxy/resetAll()``, ``FaultProxy/stop()``) or its
+        /// receiving side has closed; ``blackhole`` keeps them held.
+        case stall
+        /// A slow network: every connection forwards at most
+        /// `bytesPerSecond` bytes a second in each direction. A token
+        /// bucket per direction holds a tenth of a second's worth (at
+        /// least one byte) and starts full; bytes beyond it wait in the
+        /// proxy, and while any wait the proxy reads nothing more from
+        /// their sender (TCP backpressure), so latency grows with what is
+        /// queued ahead, as on a real slow link. Closes wait behind the
+        /// bytes. `bytesPerSecond` must be positive.
+        case throttle(bytesPerSecond: Int)
     }
 
-    /// Counters for assertions.
+    /// What ``Mode/stall`` holds per connection, both directions together,
+    /// before it stops reading: 4 MiB.
+    public static let stallCapacity = 4 * 1024 * 1024
+
+    /// Counters for assertions. Bytes are counted as they are read from a
+    /// side: dropped (``Mode/blackhole``), or passed on at once, or held
+    /// first (``Mode/stall``, ``Mode/throttle(bytesPerSecond:)``) and
+    /// counted as forwarded when written to the other side.
     public struct Statistics: Sendable, Equatable {
         /// Connections open now: accepted, and not yet closed on both the
         /// client's side and the relay's.
@@ -67,6 +100,19 @@ public final class FaultProxy: Sendable {
         public var droppedBytesToUpstream = 0
         /// Bytes from the relay dropped by ``Mode/blackhole``.
         public var droppedBytesToClients = 0
+        /// Bytes from clients written on to the relay.
+        public var forwardedBytesToUpstream = 0
+        /// Bytes from the relay written on to clients.
+        public var forwardedBytesToClients = 0
+        /// Bytes from clients that had to wait (``Mode/stall``,
+        /// ``Mode/throttle(bytesPerSecond:)``), counted once each when held.
+        public var delayedBytesToUpstream = 0
+        /// Bytes from the relay that had to wait, likewise.
+        public var delayedBytesToClients = 0
+        /// Bytes from clients held now, waiting to be passed on.
+        public var heldBytesToUpstream = 0
+        /// Bytes from the relay held now, waiting to be passed on.
+        public var heldBytesToClients = 0
     }
 
     /// ``FaultProxy/waitUntil(timeout:_:)`` gave up.
@@ -113,6 +159,9 @@ public final class FaultProxy: Sendable {
                 .serverChannelOption(ChannelOptions.socketOption(.so_reuseaddr), value: 1)
                 .childChannelOption(ChannelOptions.autoRead, value: false)
                 .childChannelOption(ChannelOptions.allowRemoteHalfClosure, value: true)
+                // One read (at most 64 KiB) per request: bounds what a read
+                // brings in past the stall capacity.
+                .childChannelOption(ChannelOptions.maxMessagesPerRead, value: 1)
                 .childChannelInitializer { channel in
                     channel.eventLoop.makeCompletedFuture {
                         try channel.pipeline.syncOperations.addHandler(
@@ -131,14 +180,15 @@ public final class FaultProxy: Sendable {
 
     /// Changes how traffic is treated, from now on (see ``Mode``).
     public func setMode(_ mode: Mode) {
-        let (previous, links) = shared.withLock { state in
-            defer { state.mode = mode }
-            return (state.mode, Array(state.links.values))
+        if case .throttle(let rate) = mode { precondition(rate > 0, "FaultProxy: throttle to a positive rate") }
+        let links = shared.withLock { state in
+            state.mode = mode
+            return Array(state.links.values)
         }
         if mode == .refuse {
             for link in links { link.run { $0.reset() } }
-        } else if previous == .blackhole, mode != .blackhole {
-            for link in links { link.run { $0.resume() } }
+        } else {
+            for link in links { link.run { $0.modeChanged() } }
         }
     }
 
@@ -289,19 +339,40 @@ private final class SharedState: @unchecked Sendable {
         }
     }
 
-    /// Whether bytes from `side` may cross now; counts them as dropped if not.
-    func mayForward(_ bytes: Int, from side: Pair.Side) -> Bool {
-        if withLock({ $0.mode != .blackhole }) { return true }
-        update { state in
-            switch side {
-            case .inbound: state.statistics.droppedBytesToUpstream += bytes
-            case .upstream: state.statistics.droppedBytesToClients += bytes
+    var mode: FaultProxy.Mode { withLock { $0.mode } }
+
+    /// The mode that applies to `bytes` just read from `side`; counts them
+    /// as dropped if it is blackhole.
+    func intake(_ bytes: Int, from side: Pair.Side) -> FaultProxy.Mode {
+        let mode = self.mode
+        if mode == .blackhole {
+            update { state in
+                switch side {
+                case .inbound: state.statistics.droppedBytesToUpstream += bytes
+                case .upstream: state.statistics.droppedBytesToClients += bytes
+                }
             }
         }
-        return false
+        return mode
     }
 
-    var isBlackhole: Bool { withLock { $0.mode == .blackhole } }
+    /// Counts bytes from `side`: `forwarded` written on, `delayed` newly
+    /// held, and the change in what is held.
+    func count(from side: Pair.Side, forwarded: Int = 0, delayed: Int = 0, heldChange: Int = 0) {
+        guard forwarded != 0 || delayed != 0 || heldChange != 0 else { return }
+        update { state in
+            switch side {
+            case .inbound:
+                state.statistics.forwardedBytesToUpstream += forwarded
+                state.statistics.delayedBytesToUpstream += delayed
+                state.statistics.heldBytesToUpstream += heldChange
+            case .upstream:
+                state.statistics.forwardedBytesToClients += forwarded
+                state.statistics.delayedBytesToClients += delayed
+                state.statistics.heldBytesToClients += heldChange
+            }
+        }
+    }
 }
 
 /// An open connection as the shared state knows it.
@@ -331,6 +402,17 @@ private final class Pair {
         case closed
     }
 
+    /// Bytes read from one side and not yet written to the other (stall,
+    /// throttle), and that direction's throttle.
+    struct Direction {
+        /// Oldest first.
+        var held = CircularBuffer<ByteBuffer>()
+        var heldBytes = 0
+        var bucket: TokenBucket?
+        /// The throttle's next drain, when bytes wait for tokens.
+        var drain: Scheduled<Void>?
+    }
+
     let shared: SharedState
     let upstreamPort: @Sendable () async -> Int
     let inbound: any Channel
@@ -340,8 +422,11 @@ private final class Pair {
     var pendingPrefix: ByteBuffer
     /// The client half-closed before the relay's channel was ready.
     var pendingInboundEOF = false
-    /// Ends held back by blackhole mode, to pass on when it is over.
+    /// Ends held back (blackhole, stall, or behind held bytes), to pass on
+    /// when they may cross.
     private var deferred: [Side: End] = [:]
+    /// Keyed by the side the bytes came from.
+    private var directions: [Side: Direction] = [.inbound: Direction(), .upstream: Direction()]
     private var connecting = false
     private var closed: Set<Side> = []
     private var resetting = false
@@ -368,6 +453,7 @@ private final class Pair {
                 ClientBootstrap(group: loop)
                     .channelOption(ChannelOptions.autoRead, value: false)
                     .channelOption(ChannelOptions.allowRemoteHalfClosure, value: true)
+                    .channelOption(ChannelOptions.maxMessagesPerRead, value: 1)
                     .connectTimeout(.seconds(10))
                     .connect(host: "127.0.0.1", port: port)
             }
@@ -408,19 +494,130 @@ private final class Pair {
         upstreamGlue.requestRead()
     }
 
+    /// Bytes read from `side`: dropped, written to the other side, or held.
     func forward(_ buffer: ByteBuffer, from side: Side) {
-        guard shared.mayForward(buffer.readableBytes, from: side) else { return }
-        glue[side.other]?.write(buffer)
+        let count = buffer.readableBytes
+        guard count > 0 else { return }
+        let mode = shared.intake(count, from: side)
+        if mode == .blackhole { return }
+        if mode.forwardsAtOnce, directions[side]!.heldBytes == 0 {
+            // Unflushed: the read's end flushes.
+            let written = glue[side.other]?.write(buffer) ?? false
+            shared.count(from: side, forwarded: written ? count : 0)
+            return
+        }
+        directions[side]!.held.append(buffer)
+        directions[side]!.heldBytes += count
+        let (written, removed) = drain(from: side, mode: mode)
+        // What is still held is the newest bytes: these first of all.
+        let delayed = min(count, directions[side]!.heldBytes)
+        shared.count(from: side, forwarded: written, delayed: delayed, heldChange: count - removed)
+        afterDrain(side)
     }
+
+    /// Passes on what `side` sent that the mode now lets through, and any
+    /// end held back behind it; then reads on from `side` if it may.
+    func release(_ side: Side) {
+        guard !finished else { return }
+        let (written, removed) = drain(from: side, mode: shared.mode)
+        shared.count(from: side, forwarded: written, heldChange: -removed)
+        afterDrain(side)
+    }
+
+    /// The mode changed: passes on what it lets through.
+    func modeChanged() {
+        release(.inbound)
+        release(.upstream)
+    }
+
+    /// Writes held bytes from `side` to the other side as far as `mode`
+    /// allows, flushing; returns how many were written on, and how many
+    /// left the hold (more when the other side is gone). A throttle
+    /// schedules its next drain when bytes are left.
+    private func drain(from side: Side, mode: FaultProxy.Mode) -> (written: Int, removed: Int) {
+        guard directions[side]!.heldBytes > 0 else {
+            if case .throttle = mode {} else { directions[side]!.bucket = nil }
+            return (0, 0)
+        }
+        guard let target = glue[side.other] else { return (0, 0) }
+        var direction = directions[side]!
+        let before = direction.heldBytes
+        var written = 0
+        switch mode {
+        case .blackhole, .stall:
+            return (0, 0)
+        case .pass, .refuse, .refuseWebSocketUpgrades:
+            direction.bucket = nil
+            direction.drain?.cancel()
+            direction.drain = nil
+            while let buffer = direction.held.popFirst() {
+                if target.write(buffer) { written += buffer.readableBytes }
+            }
+            direction.heldBytes = 0
+        case .throttle(let rate):
+            let now = NIODeadline.now()
+            var bucket = direction.bucket.flatMap { $0.rate == rate ? $0 : nil } ?? TokenBucket(rate: rate, now: now)
+            bucket.refill(now: now)
+            while target.isWritable, direction.heldBytes > 0, bucket.available > 0 {
+                var first = direction.held.removeFirst()
+                let length = min(first.readableBytes, bucket.available)
+                let slice = first.readSlice(length: length)!
+                if first.readableBytes > 0 { direction.held.prepend(first) }
+                direction.heldBytes -= length
+                bucket.take(length)
+                if target.write(slice) { written += length }
+            }
+            direction.bucket = bucket
+            // Not writable: the other side's writability change drains.
+            if direction.heldBytes > 0, target.isWritable, direction.drain == nil {
+                let wait = bucket.wait(for: min(direction.heldBytes, bucket.capacity))
+                direction.drain = inbound.eventLoop.assumeIsolated().scheduleTask(in: wait) {
+                    self.directions[side]!.drain = nil
+                    self.release(side)
+                }
+            }
+        }
+        // Stored before flushing: a flush may make the other side writable
+        // at once, which drains again.
+        directions[side] = direction
+        if written > 0 { target.flush() }
+        return (written, before - direction.heldBytes)
+    }
+
+    /// Passes on an end held back behind `side`'s bytes once they are all
+    /// out, and lets `side` read again if it may.
+    private func afterDrain(_ side: Side) {
+        if directions[side]!.heldBytes == 0, let end = deferred[side], !shared.mode.holdsEnds {
+            deferred[side] = nil
+            deliver(end, from: side)
+        }
+        glue[side]?.retryRead()
+    }
+
+    /// Whether to read from `side` now: the other side can take more, and
+    /// the mode does not hold too much already.
+    func mayRead(_ side: Side) -> Bool {
+        guard glue[side.other]?.isWritable ?? false else { return false }
+        switch shared.mode {
+        case .stall:
+            return directions[.inbound]!.heldBytes + directions[.upstream]!.heldBytes < FaultProxy.stallCapacity
+        case .throttle:
+            return directions[side]!.heldBytes == 0
+        case .pass, .blackhole, .refuse, .refuseWebSocketUpgrades:
+            return true
+        }
+    }
+
+    /// The other side of `side` became writable: what `side` sent may go on.
+    func writable(_ side: Side) { release(side.other) }
 
     func flush(_ side: Side) { glue[side]?.flush() }
 
-    func glueHandler(_ side: Side) -> GlueHandler? { glue[side] }
-
-    /// `side` ended: pass it on, or hold it back in blackhole mode.
+    /// `side` ended: pass it on, or hold it back while the mode holds
+    /// ends or bytes from `side` wait.
     func ended(_ side: Side, _ end: End) {
         guard !resetting else { return }
-        if shared.isBlackhole {
+        if shared.mode.holdsEnds || directions[side]!.heldBytes > 0 || deferred[side] != nil {
             deferred[side] = max(deferred[side] ?? end, end)
         } else {
             deliver(end, from: side)
@@ -437,13 +634,6 @@ private final class Pair {
             // Not glued (yet): the client's connection has nothing to flush.
             inbound.close(promise: nil)
         }
-    }
-
-    /// Blackhole mode is over: passes on the ends it held back.
-    func resume() {
-        let ends = deferred
-        deferred = [:]
-        for (side, end) in ends { deliver(end, from: side) }
     }
 
     /// Closes both sides abruptly.
@@ -464,6 +654,12 @@ private final class Pair {
         else { return }
         finished = true
         glue = [:]
+        for side in [Side.inbound, .upstream] {
+            let direction = directions[side]!
+            direction.drain?.cancel()
+            shared.count(from: side, heldChange: -direction.heldBytes)
+            directions[side] = Direction()
+        }
         shared.remove(ObjectIdentifier(self))
     }
 
@@ -480,10 +676,59 @@ extension Pair.Side {
     fileprivate var other: Pair.Side { self == .inbound ? .upstream : .inbound }
 }
 
+extension FaultProxy.Mode {
+    /// Bytes read are written on at once (when none are held before them).
+    fileprivate var forwardsAtOnce: Bool {
+        switch self {
+        case .pass, .refuse, .refuseWebSocketUpgrades: true
+        case .blackhole, .stall, .throttle: false
+        }
+    }
+
+    /// Closes are held back rather than passed on.
+    fileprivate var holdsEnds: Bool { self == .blackhole || self == .stall }
+}
+
+/// A throttle's allowance for one direction of one connection: refills at
+/// `rate` bytes a second up to a tenth of a second's worth (at least one
+/// byte), and starts full.
+private struct TokenBucket {
+    let rate: Int
+    let capacity: Int
+    private var tokens: Double
+    private var refilled: NIODeadline
+
+    init(rate: Int, now: NIODeadline) {
+        self.rate = rate
+        capacity = max(1, rate / 10)
+        tokens = Double(capacity)
+        refilled = now
+    }
+
+    /// Whole bytes that may go now.
+    var available: Int { Int(tokens) }
+
+    mutating func refill(now: NIODeadline) {
+        let elapsed = Double((now - refilled).nanoseconds) / 1e9
+        tokens = min(Double(capacity), tokens + max(0, elapsed) * Double(rate))
+        refilled = now
+    }
+
+    mutating func take(_ bytes: Int) { tokens -= Double(bytes) }
+
+    /// How long until `bytes` may go (at least a millisecond).
+    func wait(for bytes: Int) -> TimeAmount {
+        let missing = max(0, Double(bytes) - tokens)
+        let nanoseconds = (missing / Double(rate) * 1e9).rounded(.up)
+        return .nanoseconds(max(1_000_000, Int64(nanoseconds)))
+    }
+}
+
 /// One side of a pair: reads from its channel and hands the bytes to the
-/// pair, which writes them to the other side. Reads are asked for one at a
-/// time (auto-read is off), and only while the other side is writable: its
-/// write buffer caps what is in flight.
+/// pair, which writes them to the other side or holds them. Reads are
+/// asked for one at a time (auto-read is off), and only while the pair
+/// allows (``Pair/mayRead(_:)``): the other side's write buffer, and what
+/// the pair holds, cap what is in flight.
 private final class GlueHandler: ChannelDuplexHandler {
     typealias InboundIn = ByteBuffer
     typealias OutboundIn = ByteBuffer
@@ -492,6 +737,7 @@ private final class GlueHandler: ChannelDuplexHandler {
     let side: Pair.Side
     private var pair: Pair?
     private var context: ChannelHandlerContext?
+    /// A read was asked for and not allowed yet.
     private var pendingRead = false
 
     init(pair: Pair, side: Pair.Side) {
@@ -531,30 +777,34 @@ private final class GlueHandler: ChannelDuplexHandler {
     }
 
     func channelWritabilityChanged(context: ChannelHandlerContext) {
-        if context.channel.isWritable { pair?.glueHandler(side.other)?.partnerBecameWritable() }
+        if context.channel.isWritable { pair?.writable(side) }
         context.fireChannelWritabilityChanged()
     }
 
-    /// Reads once more, now if the other side can take it, else when it can.
+    /// Reads once more, now if the pair allows, else once it does (see
+    /// ``retryRead()``).
     func requestRead() {
-        guard let context else { return }
-        if pair?.glueHandler(side.other)?.isWritable ?? false {
+        guard let context, let pair else { return }
+        if pair.mayRead(side) {
+            pendingRead = false
             context.read()
         } else {
             pendingRead = true
         }
     }
 
-    private func partnerBecameWritable() {
-        guard pendingRead else { return }
-        pendingRead = false
-        context?.read()
+    /// Something changed that may allow a read asked for earlier.
+    func retryRead() {
+        if pendingRead { requestRead() }
     }
 
-    private var isWritable: Bool { context?.channel.isWritable ?? false }
+    var isWritable: Bool { context?.channel.isWritable ?? false }
 
-    func write(_ buffer: ByteBuffer) {
-        context?.write(wrapOutboundOut(buffer), promise: nil)
+    /// Writes without flushing; false when the channel is gone.
+    func write(_ buffer: ByteBuffer) -> Bool {
+        guard let context else { return false }
+        context.write(wrapOutboundOut(buffer), promise: nil)
+        return true
     }
 
     func flush() { context?.flush() }
