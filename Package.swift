@@ -68,6 +68,8 @@ let package = Package(
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                // The error a streamed body past its limit throws.
+                .product(name: "NIOCore", package: "swift-nio"),
             ],
             swiftSettings: strictImports
         ),

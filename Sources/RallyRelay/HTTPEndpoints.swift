@@ -2,6 +2,7 @@ import Foundation
 import HTTPTypes
 import Hummingbird
 import HummingbirdWebSocket
+import NIOCore
 import RallyCrypto
 import RallyWire
 
@@ -250,6 +251,9 @@ enum HTTPEndpoints {
         do {
             return Data(try await request.collectBody(upTo: limit).readableBytesView)
         } catch let error as HTTPError where error.status == .contentTooLarge {
+            throw RelayFailure(.frameTooLarge, "request body exceeds \(limit) bytes")
+        } catch is NIOTooManyBytesError {
+            // What collecting a streamed body past the limit throws.
             throw RelayFailure(.frameTooLarge, "request body exceeds \(limit) bytes")
         } catch {
             throw RelayFailure(.malformedFrame, "could not read the request body")

@@ -16,16 +16,24 @@ public struct HTTPTransport: RelayTransport {
     /// How long one long poll of a subscription waits for new envelopes
     /// (the relay clamps it to its own maximum, 30 s by default).
     public var longPollWait: Duration
+    /// The deadline of a request that does not long-poll, and the grace a
+    /// long poll gets on top of its wait.
+    public var requestTimeout: Duration
 
-    public init(relayURL: URL, longPollWait: Duration = .seconds(20)) {
+    public init(
+        relayURL: URL, longPollWait: Duration = .seconds(20),
+        requestTimeout: Duration = HTTPRelayLink.defaultRequestTimeout
+    ) {
         self.relayURL = relayURL
         self.longPollWait = longPollWait
+        self.requestTimeout = requestTimeout
     }
 
     /// Opens a link and checks `GET /healthz`, so an unreachable relay fails
     /// here with ``RelayClientError/unreachable(url:reason:)``.
     public func connect(as identity: Identity) async throws(RelayClientError) -> any RelayLink {
-        try await HTTPRelayLink.connect(to: relayURL, identity: identity, longPollWait: longPollWait)
+        try await HTTPRelayLink.connect(
+            to: relayURL, identity: identity, longPollWait: longPollWait, requestTimeout: requestTimeout)
     }
 }
 
@@ -34,13 +42,13 @@ public struct HTTPTransport: RelayTransport {
 /// replays), and a long-poll task per subscribed topic.
 ///
 /// Every request carries an explicit deadline (``requestTimeout``, or the
-/// long poll's wait plus ``requestTimeout``) and a bound on the answer's
+/// long poll's wait plus it) and a bound on the answer's
 /// size (``maxResponseBytes``, ``maxFetchResponseBytes``): a larger body is
 /// refused while it streams in, never buffered whole.
 public actor HTTPRelayLink: RelayLink {
     /// Deadline of a request that does not long-poll, and the grace a long
-    /// poll gets on top of its wait.
-    public static let requestTimeout: Duration = .seconds(15)
+    /// poll gets on top of its wait, unless the transport sets another.
+    public static let defaultRequestTimeout: Duration = .seconds(15)
     /// Envelopes one fetch asks for.
     public static let fetchPageLimit = 100
     /// Largest fetch answer accepted: the relay's default page (1 MiB of
@@ -66,6 +74,9 @@ public actor HTTPRelayLink: RelayLink {
     public nonisolated let origin: String
     /// How long a subscription's long poll waits.
     public nonisolated let longPollWait: Duration
+    /// The deadline of a request that does not long-poll, and the grace a
+    /// long poll gets on top of its wait.
+    public nonisolated let requestTimeout: Duration
     /// The inbox this link reads (its identity's).
     public nonisolated let inboxID: InboxID
     private nonisolated let identity: Identity
@@ -80,13 +91,14 @@ public actor HTTPRelayLink: RelayLink {
     private var subscriptions: [String: Subscription] = [:]
     private var nextSubscriptionID: UInt64 = 1
 
-    private init(endpoint: HTTPRelayEndpoint, identity: Identity, longPollWait: Duration) {
+    private init(endpoint: HTTPRelayEndpoint, identity: Identity, longPollWait: Duration, requestTimeout: Duration) {
         self.relayURL = endpoint.relayURL
         self.origin = endpoint.origin
         self.endpoint = endpoint
         self.identity = identity
         self.inboxID = identity.inboxID
         self.longPollWait = max(.zero, longPollWait)
+        self.requestTimeout = max(.milliseconds(1), requestTimeout)
         self.exchange = HTTPExchange(maxConnectionsPerHost: Self.maxConnectionsPerHost)
     }
 
@@ -100,12 +112,14 @@ public actor HTTPRelayLink: RelayLink {
     /// - Throws: ``RelayClientError/unreachable(url:reason:)`` when the relay
     ///   does not answer, or its refusal.
     public static func connect(
-        to relayURL: URL, identity: Identity, longPollWait: Duration = .seconds(20)
+        to relayURL: URL, identity: Identity, longPollWait: Duration = .seconds(20),
+        requestTimeout: Duration = defaultRequestTimeout
     ) async throws(RelayClientError) -> HTTPRelayLink {
         guard let endpoint = HTTPRelayEndpoint(relayURL) else {
             throw .unreachable(url: relayURL.absoluteString, reason: "not an http or https URL")
         }
-        let link = HTTPRelayLink(endpoint: endpoint, identity: identity, longPollWait: longPollWait)
+        let link = HTTPRelayLink(
+            endpoint: endpoint, identity: identity, longPollWait: longPollWait, requestTimeout: requestTimeout)
         do {
             try await link.ping()
         } catch {
@@ -185,13 +199,17 @@ public actor HTTPRelayLink: RelayLink {
     /// Sends one request, signed for this relay with a fresh nonce.
     private nonisolated func send(
         _ method: String, _ path: String, query: String = "", body: Data = Data(), signing: Signing, what: String,
-        limit: Int = maxResponseBytes, timeout: Duration = requestTimeout
+        limit: Int = maxResponseBytes, timeout: Duration? = nil
     ) async throws(RelayClientError) -> HTTPRelayReply {
+        let timeout = timeout ?? requestTimeout
         let target = endpoint.target(path: path, query: query)
         var request = URLRequest(url: target.url)
         request.httpMethod = method
         request.cachePolicy = .reloadIgnoringLocalCacheData
-        request.timeoutInterval = timeout.timeInterval
+        // The exchange's own timer is the deadline; URLSession's is a
+        // backstop a second later (on Linux it counts whole seconds, and a
+        // value under one fails at once).
+        request.timeoutInterval = timeout.timeInterval.rounded(.up) + 1
         request.setValue(HTTPRelayReply.protobufContentType, forHTTPHeaderField: "Accept")
         if method == "POST" || method == "PUT" {
             request.httpBody = body
@@ -283,7 +301,7 @@ public actor HTTPRelayLink: RelayLink {
             "GET", "/v1/topics/" + topic.rawValue, query: query,
             signing: topic.kind == .inbox ? .identity : access.map { .topicProof($0) } ?? .unsigned,
             what: "fetch of \(topic)", limit: bound,
-            timeout: wait > .zero ? .seconds(waitSeconds) + Self.requestTimeout : Self.requestTimeout)
+            timeout: wait > .zero ? .seconds(waitSeconds) + requestTimeout : requestTimeout)
         if reply.oversized, reply.status == 200 { return .oversized }
         return .page(
             try reply.decode("fetch response", empty: WireFetchResponse()) { data throws(FrameDecodingError) in
