@@ -67,6 +67,16 @@ struct FaultyNetwork {
             connection: policy)
     }
 
+    /// A client through the proxy whose status is recorded and whose inbox
+    /// is followed, returned once it is connected.
+    func following(_ name: String) async throws -> (RallyClient, StatusRecorder, InboxFollower) {
+        let client = try await client(name)
+        let status = await StatusRecorder(client)
+        let follower = InboxFollower(client)
+        await status.wait { $0.status == .connected }
+        return (client, status, follower)
+    }
+
     /// A client on an existing home, through the proxy (a restart).
     func reopen(_ name: String) throws -> RallyClient {
         try RallyClient.open(home: homes.path(name), relayURL: proxy.url, logger: TestLogger.quiet, connection: policy)
@@ -173,10 +183,7 @@ struct ConnectionRecoveryTests {
     func happyPath() async throws {
         let network = try await FaultyNetwork.start()
         let alice = try await network.directClient("alice")
-        let bob = try await network.client("bob")
-        let status = await StatusRecorder(bob)
-        let follower = InboxFollower(bob)
-        await status.wait { $0.status == .connected }
+        let (bob, status, follower) = try await network.following("bob")
 
         for index in 0..<20 { _ = try await alice.sendText("m\(index)", to: bob.inboxID) }
         let received = await follower.wait(forCount: 20)
@@ -193,10 +200,7 @@ struct ConnectionRecoveryTests {
     @Test("seed case 2: a 300 ms blip shows nothing; a 3 s outage shows Reconnecting… from 800 ms until it recovers")
     func recovering() async throws {
         let network = try await FaultyNetwork.start()
-        let bob = try await network.client("bob")
-        let status = await StatusRecorder(bob)
-        let follower = InboxFollower(bob)
-        await status.wait { $0.status == .connected }
+        let (bob, status, follower) = try await network.following("bob")
 
         // A blip: recovered before 800 ms of status time pass.
         Self.cut(network)
@@ -239,10 +243,7 @@ struct ConnectionRecoveryTests {
     )
     func retrying() async throws {
         let network = try await FaultyNetwork.start()
-        let bob = try await network.client("bob")
-        let status = await StatusRecorder(bob)
-        let follower = InboxFollower(bob)
-        await status.wait { $0.status == .connected }
+        let (bob, status, follower) = try await network.following("bob")
 
         Self.cut(network)
         await status.wait { $0.status == .recovering }
@@ -278,10 +279,7 @@ struct ConnectionRecoveryTests {
     func longOutage() async throws {
         let network = try await FaultyNetwork.start()
         let alice = try await network.directClient("alice")
-        let bob = try await network.client("bob")
-        let status = await StatusRecorder(bob)
-        let follower = InboxFollower(bob)
-        await status.wait { $0.status == .connected }
+        let (bob, status, follower) = try await network.following("bob")
         _ = try await alice.sendText("before", to: bob.inboxID)
         _ = await follower.wait(forCount: 1)
         // Bob has written to Alice before: sealing to her needs no relay.
@@ -328,10 +326,7 @@ struct ConnectionRecoveryTests {
     @Test("seed case 5: Leave from retrying: the status becomes idle and the follower ends")
     func leaveFromRetrying() async throws {
         let network = try await FaultyNetwork.start()
-        let bob = try await network.client("bob")
-        let status = await StatusRecorder(bob)
-        let follower = InboxFollower(bob)
-        await status.wait { $0.status == .connected }
+        let (bob, status, follower) = try await network.following("bob")
 
         Self.cut(network)
         await status.wait { $0.status == .recovering }
@@ -401,10 +396,7 @@ struct ConnectionRecoveryTests {
     func missedPings() async throws {
         let network = try await FaultyNetwork.start()
         let alice = try await network.directClient("alice")
-        let bob = try await network.client("bob")
-        let status = await StatusRecorder(bob)
-        let follower = InboxFollower(bob)
-        await status.wait { $0.status == .connected }
+        let (bob, status, follower) = try await network.following("bob")
 
         network.proxy.setMode(.blackhole)
         await status.wait { $0.status == .recovering }
@@ -423,10 +415,7 @@ struct ConnectionRecoveryTests {
     func httpFallbackAndBack() async throws {
         let network = try await FaultyNetwork.start()
         let alice = try await network.directClient("alice")
-        let bob = try await network.client("bob")
-        let status = await StatusRecorder(bob)
-        let follower = InboxFollower(bob)
-        await status.wait { $0.status == .connected }
+        let (bob, status, follower) = try await network.following("bob")
 
         network.proxy.setMode(.refuseWebSocketUpgrades)
         network.proxy.resetAll()

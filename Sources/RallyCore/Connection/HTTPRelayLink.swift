@@ -141,15 +141,10 @@ public actor HTTPRelayLink: RelayLink {
         topic: TopicName, payload: Data, idempotencyKey: Data, shouldPush: Bool, expiresAt: Date?,
         access: TopicAccess?, control: Bool, expectedControlSeq: UInt64, rotateAccessKey: Data?
     ) async throws(RelayClientError) -> WirePublishAck {
-        var publish = WirePublish()
-        publish.topic = topic.rawValue
-        publish.payload = payload
-        publish.idempotencyKey = idempotencyKey
-        publish.shouldPush = shouldPush
-        if let expiresAt { publish.expiresAtMs = Int64(expiresAt.timeIntervalSince1970 * 1000) }
-        publish.control = control
-        publish.expectedControlSeq = expectedControlSeq
-        if let rotateAccessKey { publish.rotateAccessKey = rotateAccessKey }
+        let publish = WirePublish(
+            topic: topic, payload: payload, idempotencyKey: idempotencyKey, shouldPush: shouldPush,
+            expiresAt: expiresAt, control: control, expectedControlSeq: expectedControlSeq,
+            rotateAccessKey: rotateAccessKey)
         let body = FrameCodec.encode(publish)
         let reply = try await send(
             "POST", "/v1/publish", body: body, signing: access.map { .topicProof($0) } ?? .unsigned,

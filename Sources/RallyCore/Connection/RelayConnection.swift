@@ -250,16 +250,11 @@ public actor RelayConnection: RelayLink {
         access: TopicAccess? = nil, control: Bool = false, expectedControlSeq: UInt64 = 0,
         rotateAccessKey: Data? = nil
     ) async throws(RelayClientError) -> WirePublishAck {
-        var publish = WirePublish()
-        publish.topic = topic.rawValue
-        publish.payload = payload
-        publish.idempotencyKey = idempotencyKey
-        publish.shouldPush = shouldPush
-        if let expiresAt { publish.expiresAtMs = Int64(expiresAt.timeIntervalSince1970 * 1000) }
+        var publish = WirePublish(
+            topic: topic, payload: payload, idempotencyKey: idempotencyKey, shouldPush: shouldPush,
+            expiresAt: expiresAt, control: control, expectedControlSeq: expectedControlSeq,
+            rotateAccessKey: rotateAccessKey)
         if let proof = proof(access, topic: topic) { publish.proof = proof }
-        publish.control = control
-        publish.expectedControlSeq = expectedControlSeq
-        if let rotateAccessKey { publish.rotateAccessKey = rotateAccessKey }
         var frame = WireClientFrame()
         frame.publish = publish
         let reply = try await request(frame)
@@ -426,5 +421,24 @@ func withTimeout<T: Sendable>(
         defer { group.cancelAll() }
         guard let result = try await group.next() else { throw RelayClientError.timedOut(what) }
         return result
+    }
+}
+
+extension WirePublish {
+    /// A publish frame as both transports send it (the WebSocket adds its
+    /// proof to the frame, HTTP sends it in a header).
+    init(
+        topic: TopicName, payload: Data, idempotencyKey: Data, shouldPush: Bool, expiresAt: Date?, control: Bool,
+        expectedControlSeq: UInt64, rotateAccessKey: Data?
+    ) {
+        self.init()
+        self.topic = topic.rawValue
+        self.payload = payload
+        self.idempotencyKey = idempotencyKey
+        self.shouldPush = shouldPush
+        if let expiresAt { expiresAtMs = Int64(expiresAt.timeIntervalSince1970 * 1000) }
+        self.control = control
+        self.expectedControlSeq = expectedControlSeq
+        if let rotateAccessKey { self.rotateAccessKey = rotateAccessKey }
     }
 }
