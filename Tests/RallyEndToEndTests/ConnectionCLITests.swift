@@ -188,6 +188,40 @@ struct ConnectionCLITests {
         await relay.stop()
     }
 
+    @Test("group read --follow --json starts with the connection's status, then the group's messages")
+    func groupFollowEvents() async throws {
+        let relay = try await TestRelay.start()
+        let homes = TemporaryDirectory("rally-cli-group-follow")
+        defer { homes.remove() }
+        let common = ["--relay", relay.url.absoluteString, "--home", homes.path("alice").path]
+        _ = try await RallyBinary.run(["id", "new", "--name", "Alice"] + common)
+        struct Group: Decodable { let groupId: String }
+        let created = try JSONDecoder().decode(
+            Group.self,
+            from: Data(try await RallyBinary.run(["group", "create", "Picnic", "--json"] + common).stdout.utf8))
+
+        let follower = try ChildProcess.launch(
+            RallyBinary.url, ["group", "read", created.groupId, "--follow", "--json"] + common, stderr: .inherit)
+        let reader = LineReader(follower.standardOutput!)
+        struct Line: Decodable {
+            var event: String?
+            var status: String?
+            var text: String?
+        }
+        let first = try JSONDecoder().decode(Line.self, from: Data(try #require(try await reader.nextLine()).utf8))
+        #expect(first.event == "connection" && first.status == "connected")
+        let sent = try await RallyBinary.run(["group", "send", created.groupId, "hello group"] + common)
+        #expect(sent.status == 0, "\(sent.stderr)")
+        let message = try JSONDecoder().decode(Line.self, from: Data(try #require(try await reader.nextLine()).utf8))
+        #expect(message.event == nil && message.text == "hello group")
+
+        try await onOwnThread {
+            follower.signal()
+            follower.waitUntilExit()
+        }
+        await relay.stop()
+    }
+
     @Test("rally watch --json prints each change of the connection as an event")
     func watchEvents() async throws {
         let port = PortBox()
