@@ -5,24 +5,32 @@ import RallyRelay
 
 /// `rally-bench`: benchmarks that print measurements, kept out of the
 /// `rally` CLI. Run them built for release:
-/// `swift run -c release rally-bench relay|group|join`.
+/// `swift run -c release rally-bench relay|group|join|reconnect`.
 @main
 struct BenchCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "rally-bench", abstract: "Benchmarks that print measurements.",
-        subcommands: [RelayBench.self, GroupBench.self, JoinBench.self, ChildRelayCommand.self])
+        subcommands: [
+            RelayBench.self, GroupBench.self, JoinBench.self, ReconnectBench.self, ChildRelayCommand.self,
+        ])
 }
 
 /// The relay a bench measures, run by `ChildRelay` as a child process of
 /// the bench (so its memory is its own): `rally relay` on a free loopback
 /// port, with the per-address limits lifted because every client of a
 /// bench runs on loopback (the per-connection and per-identity ones stay).
+/// `--port` and `--max-connections` are named as `rally relay`'s flags:
+/// `reconnect` restarts the relay on the port it first got and raises the
+/// connection limit for its thousand clients.
 struct ChildRelayCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "child-relay", abstract: "The relay a bench starts as its child process.",
         shouldDisplay: false)
 
     @Option(help: "Directory of the relay's SQLite store.") var data: String
+    @Option(help: "Port to listen on (0 picks a free one).") var port = 0
+    @Option(help: "Open WebSocket connections allowed in all.")
+    var maxConnections = RelayLimits.Defaults.maxConnections
 
     func run() async throws {
         var logger = Logger(label: "rally.relay")
@@ -31,8 +39,9 @@ struct ChildRelayCommand: AsyncParsableCommand {
         limits.publishRatePerSecondPerIP = 1_000_000
         limits.publishBurstPerIP = 1_000_000
         limits.maxConnectionsPerIP = 100_000
+        limits.maxConnections = maxConnections
         let configuration = RelayConfiguration(
-            host: "127.0.0.1", port: 0, dataDirectory: URL(fileURLWithPath: data), limits: limits)
+            host: "127.0.0.1", port: port, dataDirectory: URL(fileURLWithPath: data), limits: limits)
         try await RelayMain.run(configuration: configuration, logger: logger)
     }
 }
