@@ -51,6 +51,15 @@ public struct RecoveryLadder: Sendable, Equatable {
         return Step(attempt: attempts, rung: rung, delay: backoff.delay(attempt: attempts, unit: unit))
     }
 
+    /// `step` cannot be tried (a ping with no open link to ping): the next
+    /// rung instead, at the same attempt and after the same pause, so a
+    /// useless rung costs no extra wait.
+    public mutating func skipping(_ step: Step) -> Step {
+        let rung = rungs[nextRung % rungs.count]
+        nextRung += 1
+        return Step(attempt: step.attempt, rung: rung, delay: step.delay)
+    }
+
     /// The relay announced it is shutting down: its links are gone, so skip
     /// the ping and reconnect after a jittered pause within `window`.
     public mutating func afterShutdownNotice(window: Duration, unit: Double) -> Step {

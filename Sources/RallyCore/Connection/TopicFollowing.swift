@@ -252,8 +252,14 @@ struct LiveFollower {
 
     /// Waits the step's pause and tries its rung; true when it gave this
     /// follower a link to subscribe on.
-    private mutating func climb(_ step: RecoveryLadder.Step) async -> Bool {
+    private mutating func climb(_ planned: RecoveryLadder.Step) async -> Bool {
         let monitor = context.monitor
+        var step = planned
+        if step.rung == .ping {
+            let open = await live?.isOpen ?? false
+            // The drop closed the link: there is nothing to ping.
+            if !open { step = ladder.skipping(step) }
+        }
         await monitor.attempted(step.rung)
         try? await context.clock.sleep(step.delay)
         context.logger.info("recovering \(topic): attempt \(step.attempt), \(step.rung.rawValue)")
