@@ -10,7 +10,8 @@ public enum RelayMain {
         let server = try RelayServer(configuration: configuration, logger: logger)
         let group = ServiceGroup(
             configuration: .init(
-                services: [server], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+                services: [server, server.shutdownNotice], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
+        )
         try await withThrowingTaskGroup(of: Void.self) { tasks in
             tasks.addTask { try await group.run() }
             tasks.addTask {

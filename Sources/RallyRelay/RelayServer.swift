@@ -155,3 +155,29 @@ struct RelayRequestContext: RequestContext, WebSocketRequestContext {
 
     var remoteIP: String { remoteAddress?.ipAddress ?? "unknown" }
 }
+
+/// Tells every WebSocket client that the relay is stopping before anything
+/// closes: run it as the service after ``RelayServer`` in the same
+/// `ServiceGroup`, which shuts services down in reverse order, so the
+/// notices are written before the server (and the WebSocket library with
+/// it) starts closing connections. Clients then reconnect after a random
+/// pause instead of all at once.
+public struct RelayShutdownNotice: Service {
+    let services: RelayServices
+
+    public func run() async throws {
+        do {
+            try await gracefulShutdown()
+        } catch {
+            // Cancelled, not shut down gracefully: nobody is told.
+            return
+        }
+        await services.sessions.announceShutdown()
+    }
+}
+
+extension RelayServer {
+    /// The service that announces this relay's graceful shutdown to its
+    /// clients (see ``RelayShutdownNotice``).
+    public var shutdownNotice: RelayShutdownNotice { RelayShutdownNotice(services: services) }
+}

@@ -18,6 +18,8 @@ struct RelayServices: Sendable {
     let identityRates: KeyedRateLimiter
     let connections: ConnectionTracker
     let nonces: NonceCache
+    /// The open WebSocket sessions, to tell them the relay is stopping.
+    let sessions = SessionRegistry()
 
     init(
         store: any RelayStore, clock: any RelayClock, limits: RelayLimits, metrics: RelayMetrics, logger: Logger,
@@ -214,5 +216,22 @@ struct RelayServices: Sendable {
         frame.requestID = requestID
         frame.error = failure.wire
         return frame
+    }
+}
+
+/// The open WebSocket sessions of a relay.
+actor SessionRegistry {
+    private var sessions: [ObjectIdentifier: RelaySession] = [:]
+
+    func add(_ session: RelaySession) { sessions[ObjectIdentifier(session)] = session }
+    func remove(_ session: RelaySession) { sessions[ObjectIdentifier(session)] = nil }
+
+    /// Sends every open session the `SHUTTING_DOWN` notice, all at once,
+    /// and returns when each was written (or its connection was gone).
+    func announceShutdown() async {
+        let open = Array(sessions.values)
+        await withTaskGroup(of: Void.self) { group in
+            for session in open { group.addTask { await session.shuttingDown() } }
+        }
     }
 }

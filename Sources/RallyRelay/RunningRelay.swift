@@ -37,7 +37,8 @@ public final class RunningRelay: Sendable {
         let server = try RelayServer(configuration: configuration, logger: logger, clock: clock)
         // No signal handling: the host process owns its signals.
         let group = ServiceGroup(
-            configuration: .init(services: [server], gracefulShutdownSignals: [], logger: logger))
+            configuration: .init(
+                services: [server, server.shutdownNotice], gracefulShutdownSignals: [], logger: logger))
         let task = Task { try await group.run() }
         do {
             let port = try await server.waitUntilListening()

@@ -31,7 +31,13 @@ enum WebSocketEndpoint {
         let session = RelaySession(services: services, remoteIP: remoteIP) { frame in
             try await outbound.write(.binary(ByteBuffer(bytes: FrameCodec.encode(frame))))
         }
-        try await outbound.write(.binary(ByteBuffer(bytes: FrameCodec.encode(session.challengeFrame))))
+        await services.sessions.add(session)
+        do {
+            try await outbound.write(.binary(ByteBuffer(bytes: FrameCodec.encode(session.challengeFrame))))
+        } catch {
+            await services.sessions.remove(session)
+            throw error
+        }
 
         var failure: (any Error)?
         await withGracefulShutdownHandler {
@@ -87,6 +93,7 @@ enum WebSocketEndpoint {
         // notice above ran: send it now, before the socket closes, so the
         // client reconnects with jitter instead of counting a failure.
         if Task.isShuttingDownGracefully { await session.shuttingDown() }
+        await services.sessions.remove(session)
         await session.close()
         // Transport errors (such as a message over the transport limit) go
         // back to the WebSocket handler, which closes with the right code.
