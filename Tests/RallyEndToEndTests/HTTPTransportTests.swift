@@ -469,6 +469,11 @@ struct HTTPTransportHostileServerTests {
             ? HTTPRelayLink.maxFetchResponseBytes : HTTPRelayLink.maxResponseBytes
     }
 
+    /// These tests are about the size bound, not the deadline: a deadline
+    /// far beyond any machine's speed keeps a busy machine from turning a
+    /// slow 4 MiB answer into a timeout.
+    static let generousDeadline: Duration = .seconds(600)
+
     static func fetches(_ server: HostileHTTPServer) -> [Request] {
         server.requests.filter { $0.path.hasPrefix("/v1/topics/") }
     }
@@ -494,7 +499,8 @@ struct HTTPTransportHostileServerTests {
             return .stream(status: 200, headers: Self.protobuf, framing: announced, bodyBytes: size)
         }
         let identity = Identity(displayName: "victim")
-        let link = try await HTTPRelayLink.connect(to: server.url, identity: identity)
+        let link = try await HTTPRelayLink.connect(
+            to: server.url, identity: identity, requestTimeout: Self.generousDeadline)
         let inbox = try TopicName.inbox(identity.inboxID.rawValue)
 
         let (events, error) = await Self.drain(await link.subscribe(topic: inbox, after: 0, access: nil))
@@ -556,7 +562,8 @@ struct HTTPTransportHostileServerTests {
             .stream(status: 200, headers: Self.protobuf, framing: framing, bodyBytes: nil)
         }
         let identity = Identity(displayName: "victim")
-        let link = try await HTTPRelayLink.connect(to: server.url, identity: identity)
+        let link = try await HTTPRelayLink.connect(
+            to: server.url, identity: identity, requestTimeout: Self.generousDeadline)
         let inbox = try TopicName.inbox(identity.inboxID.rawValue)
         let (events, error) = await Self.drain(await link.subscribe(topic: inbox, after: 0, access: nil))
         #expect(events.isEmpty)
