@@ -60,6 +60,8 @@ let package = Package(
             dependencies: [
                 "RallyWire",
                 "RallyCrypto",
+                // SHA-256 over a blob, streamed from its file.
+                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),

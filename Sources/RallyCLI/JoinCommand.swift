@@ -90,6 +90,11 @@ struct JoinCommand: AsyncParsableCommand {
         }
 
         func run() async throws {
+            try await Self.join(link, options: options, noWait: noWait, timeout: timeout)
+        }
+
+        /// What `rally join LINK` does; `rally open` calls it for invite links.
+        static func join(_ link: String, options: ClientOptions, noWait: Bool, timeout: Double?) async throws {
             let client = try options.openClient()
             let output = options.output
             output.emit(["state": "validating"]) { "checking the invite…" }

@@ -9,8 +9,8 @@ public struct RallyCommand: AsyncParsableCommand {
         commandName: "rally",
         abstract: "End-to-end encrypted invites, groups and messages over an untrusted relay.",
         subcommands: [
-            RelayCommand.self, IDCommand.self, DMCommand.self, GroupCommand.self, InviteCommand.self,
-            JoinCommand.self, WatchCommand.self, StatusCommand.self, DemoCommand.self,
+            RelayCommand.self, IDCommand.self, DMCommand.self, GroupCommand.self, InviteCommand.self, VaultCommand.self,
+            JoinCommand.self, OpenCommand.self, WatchCommand.self, StatusCommand.self, DemoCommand.self,
         ])
 
     public init() {}

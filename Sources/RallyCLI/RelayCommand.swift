@@ -38,6 +38,12 @@ struct RelayCommand: AsyncParsableCommand {
     var inboxRetentionDays = Int(D.inboxRetention.components.seconds / 86_400)
     @Option(help: "Bytes of publishes waiting for a commit at most.") var maxWriteQueueBytes = D.maxWriteQueueBytes
     @Option(help: "Payload bytes per backlog page sent to a subscriber.") var backlogPageBytes = D.backlogPageBytes
+    @Option(help: "Largest blob (an encrypted vault document) in bytes.") var maxBlobBytes = D.maxBlobBytes
+    @Option(help: "Largest chunk of one blob upload request, in bytes.") var maxBlobChunkBytes = D.maxBlobChunkBytes
+    @Option(help: "Bytes of blobs one identity may store.") var blobQuotaBytes = D.blobQuotaBytesPerIdentity
+    @Option(help: "Blob uploads one identity may have unfinished.")
+    var maxUnfinishedBlobs = D.maxUnfinishedBlobsPerIdentity
+    @Option(help: "Hours an unfinished blob upload is kept.") var unfinishedBlobHours = 24
     @Option(help: "Publishes per second allowed on one connection.")
     var publishRatePerConnection = RelayLimits.default.publishRatePerSecond
     @Option(help: "Publish burst allowed on one connection.") var publishBurstPerConnection = RelayLimits.default
@@ -58,7 +64,8 @@ struct RelayCommand: AsyncParsableCommand {
             publicURLValue = url
         }
         guard idleTimeoutSeconds > 0, maxConnections > 0, maxConnectionsPerIp > 0, inboxRetentionDays >= 0,
-            maxInboxBytes >= 0, maxTopicBytes >= 0, maxWriteQueueBytes > 0, backlogPageBytes > 0
+            maxInboxBytes >= 0, maxTopicBytes >= 0, maxWriteQueueBytes > 0, backlogPageBytes > 0, maxBlobBytes > 0,
+            maxBlobChunkBytes > 0, blobQuotaBytes > 0, maxUnfinishedBlobs > 0, unfinishedBlobHours > 0
         else { throw ValidationError("limits must be positive (byte quotas and retention may be 0: none)") }
         var limits = RelayLimits.default
         limits.publishRatePerSecondPerIP = publishRatePerIp
@@ -75,6 +82,11 @@ struct RelayCommand: AsyncParsableCommand {
         limits.inboxRetention = .seconds(inboxRetentionDays * 86_400)
         limits.maxWriteQueueBytes = maxWriteQueueBytes
         limits.backlogPageBytes = backlogPageBytes
+        limits.maxBlobBytes = maxBlobBytes
+        limits.maxBlobChunkBytes = maxBlobChunkBytes
+        limits.blobQuotaBytesPerIdentity = blobQuotaBytes
+        limits.maxUnfinishedBlobsPerIdentity = maxUnfinishedBlobs
+        limits.unfinishedBlobLifetime = .seconds(unfinishedBlobHours * 3600)
         let configuration = RelayConfiguration(
             host: host, port: port, dataDirectory: URL(fileURLWithPath: data), limits: limits,
             publicURL: publicURLValue)

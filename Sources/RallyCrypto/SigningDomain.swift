@@ -8,6 +8,7 @@ public enum SigningDomain: String, Sendable, CaseIterable {
     case keyBundle = "rally-keybundle-v1"
     case message = "rally-message-v1"
     case topicAccess = "rally-topic-access-v1"
+    case vaultEntry = "rally-vault-entry-v1"
 
     public func bytes(_ payload: Data) -> Data {
         var data = Data(rawValue.utf8)

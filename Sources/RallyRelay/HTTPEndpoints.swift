@@ -184,7 +184,7 @@ enum HTTPEndpoints {
     }
 
     /// Tries each origin the relay answers to; the first that verifies wins.
-    private static func verifyBound<T>(
+    static func verifyBound<T>(
         _ request: Request, body: Data, services: RelayServices, topic: String,
         _ verify: (HTTPRequestBinding) throws(RallyCryptoError) -> T
     ) throws(RelayFailure) -> T {
@@ -238,7 +238,7 @@ enum HTTPEndpoints {
         }
     }
 
-    private static func number(_ text: Substring?, name: String, default value: UInt64) throws(RelayFailure) -> UInt64 {
+    static func number(_ text: Substring?, name: String, default value: UInt64) throws(RelayFailure) -> UInt64 {
         guard let text, !text.isEmpty else { return value }
         guard let parsed = UInt64(text) else {
             throw RelayFailure(.invalidRequest, "query parameter \(name) must be a non-negative integer")
@@ -246,7 +246,7 @@ enum HTTPEndpoints {
         return parsed
     }
 
-    private static func readBody(_ request: Request, limit: Int) async throws(RelayFailure) -> Data {
+    static func readBody(_ request: Request, limit: Int) async throws(RelayFailure) -> Data {
         var request = request
         do {
             return Data(try await request.collectBody(upTo: limit).readableBytesView)
@@ -277,20 +277,25 @@ enum HTTPEndpoints {
 
     /// Runs an operation and answers with its encoded result, or with the
     /// failure's status and `WireError`.
-    private static func respond(
+    static func respond(
         _ services: RelayServices, _ body: () async throws(RelayFailure) -> Data
     ) async -> Response {
         do {
             return protobuf(.ok, try await body())
         } catch {
-            services.metrics.recordError(error.code)
-            var response = protobuf(error.httpStatus, FrameCodec.encode(error.wire))
-            if error.code == .rateLimited {
-                let seconds = (error.retryAfterMilliseconds + 999) / 1000
-                response.headers[.retryAfter] = String(max(1, seconds))
-            }
-            return response
+            return failureResponse(error, services: services)
         }
+    }
+
+    /// A refusal's status with its `WireError` body.
+    static func failureResponse(_ error: RelayFailure, services: RelayServices) -> Response {
+        services.metrics.recordError(error.code)
+        var response = protobuf(error.httpStatus, FrameCodec.encode(error.wire))
+        if error.code == .rateLimited {
+            let seconds = (error.retryAfterMilliseconds + 999) / 1000
+            response.headers[.retryAfter] = String(max(1, seconds))
+        }
+        return response
     }
 
     private static func protobuf(_ status: HTTPResponse.Status, _ bytes: Data) -> Response {

@@ -115,6 +115,17 @@ public struct RelayLimits: Sendable, Equatable {
     public var backlogPageBytes: Int
     /// HTTP signature nonces remembered at most (for the signature window).
     public var maxRememberedNonces: Int
+    /// Largest blob (an encrypted vault document) the relay stores.
+    public var maxBlobBytes: Int64
+    /// Largest chunk one blob upload request carries.
+    public var maxBlobChunkBytes: Int
+    /// Bytes of blobs one identity may store, counted at their declared
+    /// size from the moment an upload starts.
+    public var blobQuotaBytesPerIdentity: Int64
+    /// Uploads one identity may have started and not finished.
+    public var maxUnfinishedBlobsPerIdentity: Int
+    /// An upload not finished within this time is deleted.
+    public var unfinishedBlobLifetime: Duration
 
     public init(
         publishRatePerSecond: Double = 200,
@@ -142,8 +153,18 @@ public struct RelayLimits: Sendable, Equatable {
         inboxRetention: Duration = Defaults.inboxRetention,
         maxWriteQueueBytes: Int = Defaults.maxWriteQueueBytes,
         backlogPageBytes: Int = Defaults.backlogPageBytes,
-        maxRememberedNonces: Int = Defaults.maxRememberedNonces
+        maxRememberedNonces: Int = Defaults.maxRememberedNonces,
+        maxBlobBytes: Int64 = Defaults.maxBlobBytes,
+        maxBlobChunkBytes: Int = Defaults.maxBlobChunkBytes,
+        blobQuotaBytesPerIdentity: Int64 = Defaults.blobQuotaBytesPerIdentity,
+        maxUnfinishedBlobsPerIdentity: Int = Defaults.maxUnfinishedBlobsPerIdentity,
+        unfinishedBlobLifetime: Duration = Defaults.unfinishedBlobLifetime
     ) {
+        self.maxBlobBytes = maxBlobBytes
+        self.maxBlobChunkBytes = maxBlobChunkBytes
+        self.blobQuotaBytesPerIdentity = blobQuotaBytesPerIdentity
+        self.maxUnfinishedBlobsPerIdentity = maxUnfinishedBlobsPerIdentity
+        self.unfinishedBlobLifetime = unfinishedBlobLifetime
         self.publishRatePerSecondPerIP = publishRatePerSecondPerIP
         self.publishBurstPerIP = publishBurstPerIP
         self.publishRatePerSecondPerIdentity = publishRatePerSecondPerIdentity
@@ -190,6 +211,12 @@ public struct RelayLimits: Sendable, Equatable {
         public static let maxWriteQueueBytes = 64 << 20
         public static let backlogPageBytes = 1 << 20
         public static let maxRememberedNonces = 100_000
+        public static let maxBlobBytes: Int64 = 1 << 30
+        /// Room for a client's 1 MiB segment plus its tag, and then some.
+        public static let maxBlobChunkBytes = 4 << 20
+        public static let blobQuotaBytesPerIdentity: Int64 = 4 << 30
+        public static let maxUnfinishedBlobsPerIdentity = 16
+        public static let unfinishedBlobLifetime: Duration = .seconds(86_400)
     }
 
     var authTimeoutMilliseconds: UInt32 { UInt32(clamping: authTimeout.milliseconds) }

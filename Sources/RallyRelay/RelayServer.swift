@@ -18,8 +18,10 @@ public final class RelayServer: Service, Sendable {
         self.configuration = configuration
         self.logger = logger
         let store = try SQLiteRelayStore(url: configuration.storeURL)
+        let blobs = try FileBlobStore(dataDirectory: configuration.dataDirectory)
         services = RelayServices(
-            store: store, clock: clock, limits: configuration.limits, metrics: RelayMetrics(), logger: logger,
+            store: store, blobs: blobs, clock: clock, limits: configuration.limits, metrics: RelayMetrics(),
+            logger: logger,
             origins: configuration.origins(boundPort: configuration.port))
     }
 
@@ -32,6 +34,7 @@ public final class RelayServer: Service, Sendable {
         let services = services
         let router = Router(context: RelayRequestContext.self)
         HTTPEndpoints.addRoutes(to: router, services: services)
+        BlobEndpoints.addRoutes(to: router, services: services)
         let webSocketRouter = Router(context: RelayRequestContext.self)
         WebSocketEndpoint.addRoute(to: webSocketRouter, services: services)
         let listening = listening
@@ -80,6 +83,12 @@ public final class RelayServer: Service, Sendable {
             logger.error("closing the store failed", metadata: ["error": "\(error)"])
             if failure == nil { failure = error }
         }
+        do {
+            try await services.blobs.close()
+        } catch {
+            logger.error("closing the blob store failed", metadata: ["error": "\(error)"])
+            if failure == nil { failure = error }
+        }
         if let failure { throw failure }
     }
 
@@ -109,6 +118,12 @@ public final class RelayServer: Service, Sendable {
             services.metrics.prunedEnvelopes.increment(by: Int64(deleted))
         } catch {
             services.logger.error("pruning expired envelopes failed", metadata: ["error": "\(error)"])
+        }
+        do {
+            let cutoff = services.clock.nowMilliseconds - services.limits.unfinishedBlobLifetime.milliseconds
+            _ = try await services.blobs.deleteUnfinished(startedBefore: cutoff)
+        } catch {
+            services.logger.error("pruning unfinished blobs failed", metadata: ["error": "\(error)"])
         }
     }
 }

@@ -6,6 +6,7 @@ import RallyWire
 /// Everything a connection or an HTTP request needs, shared by all of them.
 struct RelayServices: Sendable {
     let store: any RelayStore
+    let blobs: any BlobStore
     let writer: PublishWriter
     let hub: TopicHub
     let clock: any RelayClock
@@ -22,9 +23,10 @@ struct RelayServices: Sendable {
     let sessions = SessionRegistry()
 
     init(
-        store: any RelayStore, clock: any RelayClock, limits: RelayLimits, metrics: RelayMetrics, logger: Logger,
-        origins: [String] = ["http://127.0.0.1:8080"]
+        store: any RelayStore, blobs: any BlobStore, clock: any RelayClock, limits: RelayLimits,
+        metrics: RelayMetrics, logger: Logger, origins: [String] = ["http://127.0.0.1:8080"]
     ) {
+        self.blobs = blobs
         let hub = TopicHub()
         self.origins = OriginSet(origins)
         ipRates = KeyedRateLimiter(ratePerSecond: limits.publishRatePerSecondPerIP, burst: limits.publishBurstPerIP)

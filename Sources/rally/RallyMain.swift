@@ -19,7 +19,9 @@ struct RallyMain: AsyncParsableCommand {
             } else {
                 try command.run()
             }
+            PeakMemoryReport.writeIfAsked()
         } catch {
+            PeakMemoryReport.writeIfAsked()
             let code = exitCode(for: error)
             let message = TerminalText.escaped(fullMessage(for: error), keepingNewlines: true)
             if !message.isEmpty {
@@ -28,5 +30,23 @@ struct RallyMain: AsyncParsableCommand {
             }
             Foundation.exit(code.rawValue)
         }
+    }
+}
+
+/// With `RALLY_PEAK_MEMORY_REPORT=<file>`, the process writes its peak
+/// resident memory in bytes to that file as it ends: how tests and
+/// `rally-bench` measure what a transfer costs. It is read from this
+/// program's own address space (`VmHWM`), since the kernel's per-process
+/// maximum also counts the spawning process's memory before `exec`.
+enum PeakMemoryReport {
+    static let environmentVariable = "RALLY_PEAK_MEMORY_REPORT"
+
+    static func writeIfAsked() {
+        guard let path = ProcessInfo.processInfo.environment[environmentVariable], !path.isEmpty,
+            let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8),
+            let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmHWM:") }),
+            let kibibytes = Int(line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "")
+        else { return }
+        try? Data(String(kibibytes * 1024).utf8).write(to: URL(fileURLWithPath: path))
     }
 }

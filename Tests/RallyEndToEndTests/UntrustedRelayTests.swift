@@ -40,8 +40,13 @@ struct UntrustedRelayTests {
         let data = world.relay.directory.path("data")
         let files = try FileManager.default.contentsOfDirectory(atPath: data.path)
         #expect(files.contains("relay.sqlite"))
+        // Every file, the blob store's directory included.
         var everything = Data()
-        for file in files { everything.append(try Data(contentsOf: data.appendingPathComponent(file))) }
+        let enumerator = FileManager.default.enumerator(at: data, includingPropertiesForKeys: [.isRegularFileKey])
+        while let url = enumerator?.nextObject() as? URL {
+            guard (try? url.resourceValues(forKeys: [.isRegularFileKey]).isRegularFile) == true else { continue }
+            everything.append(try Data(contentsOf: url))
+        }
         let tag = invite.invite.payload.inviteTag
         for marker in ["MARKER-7f3a", group.groupID, tag.hexString] {
             #expect(everything.range(of: Data(marker.utf8)) == nil, "relay files contain \(marker)")

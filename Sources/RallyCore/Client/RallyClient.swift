@@ -38,6 +38,7 @@ public actor RallyClient {
     nonisolated let inviterDesk: InviterDesk
     nonisolated let joins: JoinService
     nonisolated let watcher: WatchService
+    nonisolated let vaults: VaultService
 
     /// The home's database. Internal: apps and the CLI go through the
     /// services.
@@ -70,6 +71,7 @@ public actor RallyClient {
         self.inviterDesk = desk
         self.joins = joins
         self.watcher = WatchService(context: context, inbox: inbox, log: log, desk: desk)
+        self.vaults = VaultService(context: context)
         context.outboxRoutes.route { item, groupID throws(RallyClientError) in
             try await groups.sendQueued(item, groupID: groupID)
         }
@@ -494,5 +496,62 @@ public actor RallyClient {
     /// for good.
     public func watch(handler: @escaping @Sendable (WatchEvent) async -> Void) async throws(RallyClientError) {
         try await watcher.watch(handler: handler)
+    }
+
+    // MARK: Vaults
+
+    /// Creates a vault: its key stays in this home, its log on the relay
+    /// (ADR 0014).
+    /// - Throws: `.vault(.invalidName)`, or the relay's refusal.
+    public func createVault(name: String) async throws(RallyClientError) -> VaultSummary {
+        try await vaults.create(name: name)
+    }
+
+    /// The vault whose id or name is `text`.
+    /// - Throws: `.vault(.unknownVault)` or `.vault(.ambiguousVault)`.
+    public func vault(_ text: String) throws(RallyClientError) -> VaultSummary {
+        let record = try vaults.resolve(text)
+        guard let summary = try vaults.list().first(where: { $0.id == record.id }) else {
+            throw .vault(.unknownVault(text))
+        }
+        return summary
+    }
+
+    /// The vaults this home owns or can read, as last synced.
+    public func vaultList() throws(RallyClientError) -> [VaultSummary] {
+        try vaults.list()
+    }
+
+    /// Seals `file` with a key of its own, uploads it in segments
+    /// (resuming after a dropped connection) and records it in the vault.
+    /// `vault` is an id or a unique name; `name` defaults to the file's.
+    public func addDocument(
+        to vault: String, file: URL, name: String? = nil,
+        progress: @escaping @Sendable (TransferProgress) -> Void = { _ in }
+    ) async throws(RallyClientError) -> VaultDocumentSummary {
+        try await vaults.add(vault, file: file, name: name, progress: progress)
+    }
+
+    /// The vault's documents after reading its log from the relay.
+    public func documents(in vault: String) async throws(RallyClientError) -> [VaultDocumentSummary] {
+        try await vaults.documents(vault)
+    }
+
+    /// Downloads and checks a document (an id or a unique name) and writes
+    /// it to `output`; nothing is written unless every check passes.
+    public func fetchDocument(
+        _ document: String, from vault: String, to output: URL,
+        progress: @escaping @Sendable (TransferProgress) -> Void = { _ in }
+    ) async throws(RallyClientError) -> VaultDocumentSummary {
+        try await vaults.get(vault, document: document, to: output, progress: progress)
+    }
+
+    /// Removes a document from the vault and its blob from the relay.
+    public func removeDocument(
+        _ document: String, from vault: String
+    ) async throws(RallyClientError)
+        -> VaultDocumentSummary
+    {
+        try await vaults.remove(vault, document: document)
     }
 }

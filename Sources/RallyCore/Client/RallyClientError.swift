@@ -11,6 +11,7 @@ public enum RallyClientError: Error, Equatable, Sendable, CustomStringConvertibl
     case content(ContentError)
     case group(GroupClientError)
     case invite(InviteClientError)
+    case vault(VaultClientError)
 
     public var description: String {
         switch self {
@@ -27,6 +28,7 @@ public enum RallyClientError: Error, Equatable, Sendable, CustomStringConvertibl
         case .content(let error): error.description
         case .group(let error): error.description
         case .invite(let error): error.description
+        case .vault(let error): error.description
         }
     }
 }

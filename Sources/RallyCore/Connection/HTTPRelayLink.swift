@@ -183,7 +183,7 @@ public actor HTTPRelayLink: RelayLink {
         guard reply.status == 200 else { throw reply.failure() }
     }
 
-    private enum Signing {
+    enum Signing {
         case unsigned
         /// `Authorization` by this link's identity (inbox reads).
         case identity
@@ -192,8 +192,9 @@ public actor HTTPRelayLink: RelayLink {
     }
 
     /// Sends one request, signed for this relay with a fresh nonce.
-    private nonisolated func send(
-        _ method: String, _ path: String, query: String = "", body: Data = Data(), signing: Signing, what: String,
+    nonisolated func send(
+        _ method: String, _ path: String, query: String = "", body: Data = Data(),
+        contentType: String = HTTPRelayReply.protobufContentType, signing: Signing, what: String,
         limit: Int = maxResponseBytes, timeout: Duration? = nil
     ) async throws(RelayClientError) -> HTTPRelayReply {
         let timeout = timeout ?? requestTimeout
@@ -206,9 +207,9 @@ public actor HTTPRelayLink: RelayLink {
         // value under one fails at once).
         request.timeoutInterval = timeout.timeInterval.rounded(.up) + 1
         request.setValue(HTTPRelayReply.protobufContentType, forHTTPHeaderField: "Accept")
-        if method == "POST" || method == "PUT" {
+        if method == "POST" || method == "PUT" || method == "PATCH" {
             request.httpBody = body
-            request.setValue(HTTPRelayReply.protobufContentType, forHTTPHeaderField: "Content-Type")
+            request.setValue(contentType, forHTTPHeaderField: "Content-Type")
         }
         func binding() -> HTTPRequestBinding {
             .fresh(origin: origin, method: method, path: target.path, query: query, body: body, now: Date())

@@ -133,6 +133,10 @@ final class LocalStore: Sendable {
         migrator.registerMigration("v5-outbox") { db in
             try OutboxRecord.createTable(db)
         }
+        migrator.registerMigration("v6-vaults") { db in
+            try VaultRecord.createTable(db)
+            try VaultDocumentRecord.createTable(db)
+        }
         return migrator
     }
 

@@ -111,6 +111,11 @@ public struct SecretName: Hashable, Sendable, CustomStringConvertible {
         SecretName(rawValue: "invite-seed/\(group)/retired/\(inbox)")
     }
 
+    /// A vault's key for one epoch (ADR 0014).
+    public static func vaultKey(vault: String, epoch: UInt64) -> SecretName {
+        SecretName(rawValue: "vault-key/\(vault)/\(epoch)")
+    }
+
     /// The access secret of a topic (ADR 0008).
     public static func topicAccess(_ topic: String) -> SecretName {
         SecretName(rawValue: "topic-access/\(topic)")

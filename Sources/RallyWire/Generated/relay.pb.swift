@@ -665,8 +665,9 @@ public nonisolated struct WireError: Sendable {
   /// For RATE_LIMITED: when to try again.
   public var retryAfterMs: UInt64 = 0
 
-  /// For CONFLICT: the topic's last control seq. For ACCESS_REVOKED: the
-  /// last seq the presented key may read.
+  /// For CONFLICT: the topic's last control seq (on a blob: the bytes the
+  /// relay holds, where the upload continues). For ACCESS_REVOKED: the last
+  /// seq the presented key may read.
   public var seq: UInt64 = 0
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()

@@ -1,0 +1,344 @@
+import Crypto
+import Foundation
+import GRDB
+import RallyCrypto
+import RallyWire
+
+/// Vaults (ADR 0014): create one, add, list, fetch and remove documents.
+/// The log on the relay is the truth; this home's tables are rebuilt from
+/// it, so two processes of one home (or an app and its extension) see the
+/// same vault after a sync.
+struct VaultService: Sendable {
+    /// How often an owner's entry is rebuilt after losing a race with
+    /// another process of the same home.
+    static let publishAttempts = 8
+
+    let context: ClientContext
+
+    // MARK: Vaults
+
+    func create(name rawName: String) async throws(RallyClientError) -> VaultSummary {
+        let name = try vaultError { () throws(VaultClientError) in try VaultEntries.validName(rawName) }
+        let key = VaultSealing.newVaultKey()
+        let access = try crypto { () throws(RallyCryptoError) in
+            try TopicAccess(secret: TopicAccess.secret(fromEpochKey: key))
+        }
+        let record = VaultRecord(
+            id: access.foundedTopicID, name: name, ownerInbox: context.identity.inboxID.rawValue,
+            ownerSigningKey: context.identity.signingKey.publicKey.rawRepresentation, isOwner: true, epoch: 0,
+            createdAtMs: ClientClock.millis(context.clock.now()))
+        try context.stored { () throws(LocalStoreError) in
+            try context.store.setSecret(key.withUnsafeBytes { Data($0) }, .vaultKey(vault: record.id, epoch: 0))
+            try context.store.write { db in try record.insert(db) }
+        }
+        do {
+            var created = WireVaultCreated()
+            created.name = name
+            try await publish(record.id) { _, _ throws(RallyClientError) in .created(created) }
+        } catch {
+            // Nothing reached the relay: the vault does not exist.
+            _ = try? context.store.write { db in try VaultRecord.deleteOne(db, key: record.id) }
+            throw error
+        }
+        return try summary(record.id)
+    }
+
+    func list() throws(RallyClientError) -> [VaultSummary] {
+        try context.stored { () throws(LocalStoreError) in try context.store.vaults() }
+    }
+
+    /// The vault whose id or name is `text`.
+    func resolve(_ text: String) throws(RallyClientError) -> VaultRecord {
+        let found = try context.stored { () throws(LocalStoreError) in try context.store.vaults(matching: text) }
+        if let byID = found.first(where: { $0.id == text }) { return byID }
+        switch found.count {
+        case 0: throw .vault(.unknownVault(text))
+        case 1: return found[0]
+        default: throw .vault(.ambiguousVault(text, ids: found.map(\.id)))
+        }
+    }
+
+    // MARK: Documents
+
+    /// Seals `file`, uploads it and records it in the vault's log.
+    func add(
+        _ vaultText: String, file: URL, name rawName: String? = nil,
+        progress: @escaping @Sendable (TransferProgress) -> Void = { _ in }
+    ) async throws(RallyClientError) -> VaultDocumentSummary {
+        let vault = try resolve(vaultText)
+        guard vault.isOwner else { throw .vault(.notOwner(vault: vault.name)) }
+        let name = try vaultError { () throws(VaultClientError) in
+            try VaultEntries.validName(rawName ?? file.lastPathComponent)
+        }
+        let documentKey = DocumentCipher.newKey()
+        let documentID = Self.hex(Randomness.bytes(16))
+        let blobID = Self.hex(Randomness.bytes(32))
+        let uploaded = try await withBlobs { transfer throws(RallyClientError) in
+            try await transfer.upload(file: file, key: documentKey, blobID: blobID, progress: progress)
+        }
+        let addedAt = ClientClock.millis(context.clock.now())
+        try await publish(vault.id) { record, vaultKey throws(RallyClientError) in
+            let wrapped = try crypto { () throws(RallyCryptoError) in
+                try VaultSealing.wrap(
+                    documentKey: documentKey, vaultKey: vaultKey, vaultID: record.id, documentID: documentID,
+                    epoch: UInt64(record.epoch))
+            }
+            return .documentAdded(
+                VaultEntries.document(
+                    id: documentID, name: name, uploaded: uploaded, blobID: blobID, wrappedKey: wrapped, at: addedAt))
+        }
+        return VaultDocumentSummary(
+            id: documentID, name: name, size: uploaded.plaintextSize,
+            addedAt: Date(timeIntervalSince1970: Double(addedAt) / 1000))
+    }
+
+    /// The vault's documents, after reading its log.
+    func documents(_ vaultText: String) async throws(RallyClientError) -> [VaultDocumentSummary] {
+        let vault = try resolve(vaultText)
+        try await sync(vault.id)
+        return try context.stored { () throws(LocalStoreError) in try context.store.vaultDocuments(vault.id) }
+            .map(\.summary)
+    }
+
+    /// Downloads, opens and checks a document, then writes it to `output`.
+    func get(
+        _ vaultText: String, document documentText: String, to output: URL,
+        progress: @escaping @Sendable (TransferProgress) -> Void = { _ in }
+    ) async throws(RallyClientError) -> VaultDocumentSummary {
+        let vault = try resolve(vaultText)
+        try await sync(vault.id)
+        let document = try resolveDocument(documentText, in: vault)
+        let vaultKey = try key(vault.id, epoch: document.epoch)
+        let documentKey = try crypto { () throws(RallyCryptoError) in
+            try VaultSealing.unwrap(
+                document.wrappedKey, vaultKey: vaultKey, vaultID: vault.id, documentID: document.documentID,
+                epoch: UInt64(document.epoch))
+        }
+        try await withBlobs { transfer throws(RallyClientError) in
+            try await transfer.download(
+                blobID: document.blobID, key: documentKey, plaintextSize: document.size,
+                sealedSize: document.sealedSize, sealedSHA256: document.sealedSHA256, to: output, progress: progress)
+        }
+        return document.summary
+    }
+
+    /// Removes a document from the vault's log, then its blob from the
+    /// relay.
+    func remove(
+        _ vaultText: String, document documentText: String
+    ) async throws(RallyClientError)
+        -> VaultDocumentSummary
+    {
+        let vault = try resolve(vaultText)
+        guard vault.isOwner else { throw .vault(.notOwner(vault: vault.name)) }
+        try await sync(vault.id)
+        let document = try resolveDocument(documentText, in: vault)
+        var removed = WireVaultDocumentRemoved()
+        removed.documentID = document.documentID
+        try await publish(vault.id) { _, _ throws(RallyClientError) in .documentRemoved(removed) }
+        // The log no longer names it; a blob left behind (the relay was
+        // unreachable) only counts against the owner's quota.
+        _ = try? await withBlobs { transfer throws(RallyClientError) -> Void in
+            do throws(RelayClientError) {
+                try await transfer.blobs.delete(document.blobID)
+            } catch {
+                throw .relay(error)
+            }
+        }
+        return document.summary
+    }
+
+    private func resolveDocument(_ text: String, in vault: VaultRecord) throws(RallyClientError) -> VaultDocumentRecord
+    {
+        let documents = try context.stored { () throws(LocalStoreError) in
+            try context.store.vaultDocuments(vault.id)
+        }
+        if let byID = documents.first(where: { $0.documentID == text }) { return byID }
+        let named = documents.filter { $0.name == text }
+        switch named.count {
+        case 0: throw .vault(.unknownDocument(vault: vault.name, document: text))
+        case 1: return named[0]
+        default: throw .vault(.ambiguousDocument(text, ids: named.map(\.documentID)))
+        }
+    }
+
+    // MARK: The log
+
+    /// Reads the vault's log from this home's cursor to the relay's head.
+    func sync(_ vaultID: String) async throws(RallyClientError) {
+        guard let vault = try context.stored({ () throws(LocalStoreError) in try context.store.vault(id: vaultID) })
+        else { throw .vault(.unknownVault(vaultID)) }
+        let service = self
+        try await context.followTopic(
+            vault.topic, untilCaughtUp: true,
+            access: { () throws(RallyClientError) in try service.access(vaultID) },
+            process: { envelope throws(RallyClientError) in try service.apply(envelope, vaultID: vaultID) })
+    }
+
+    /// Builds the owner's next entry on top of everything the relay holds
+    /// and publishes it as the topic's next control entry; a race lost to
+    /// another process of this home is rebuilt after reading its entry.
+    private func publish(
+        _ vaultID: String,
+        _ body: (VaultRecord, SymmetricKey) throws(RallyClientError) -> WireVaultEntry.OneOf_Body
+    ) async throws(RallyClientError) {
+        var lastConflict = RelayClientError.conflict(topic: "", lastControlSeq: 0)
+        for _ in 1...Self.publishAttempts {
+            try await sync(vaultID)
+            guard let vault = try context.stored({ () throws(LocalStoreError) in try context.store.vault(id: vaultID) })
+            else { throw .vault(.unknownVault(vaultID)) }
+            let vaultKey = try key(vaultID, epoch: vault.epoch)
+            var entry = WireVaultEntry()
+            entry.vaultID = vaultID
+            entry.epoch = UInt64(vault.epoch)
+            entry.createdAtMs = ClientClock.millis(context.clock.now())
+            entry.body = try body(vault, vaultKey)
+            let payload = try crypto { () throws(RallyCryptoError) in
+                try VaultEntries.seal(entry, owner: context.identity, vaultKey: vaultKey)
+            }
+            let access = try self.access(vaultID)
+            let expected = try context.stored { () throws(LocalStoreError) in try context.store.cursor(for: vault.topic)
+            }
+            let idempotencyKey = Randomness.bytes(16)
+            do {
+                _ = try await context.withRetries("publishing a vault entry") { link throws(RelayClientError) in
+                    try await link.publish(
+                        topic: vault.topic, payload: payload, idempotencyKey: idempotencyKey, shouldPush: false,
+                        expiresAt: nil, access: access, control: true, expectedControlSeq: expected,
+                        rotateAccessKey: nil)
+                }
+                try await sync(vaultID)
+                return
+            } catch .relay(.conflict(let topic, let seq)) {
+                lastConflict = .conflict(topic: topic, lastControlSeq: seq)
+            }
+        }
+        throw .relay(lastConflict)
+    }
+
+    /// Applies one entry of the log, exactly once per home.
+    private func apply(_ envelope: WireEnvelope, vaultID: String) throws(RallyClientError) {
+        guard let vault = try context.stored({ () throws(LocalStoreError) in try context.store.vault(id: vaultID) })
+        else { return }
+        let entry: WireVaultEntry?
+        do {
+            let epoch = try VaultEntries.epoch(of: envelope.payload)
+            // An entry of an epoch this home never had a key for (from
+            // before its access) is skipped.
+            if let key = try? key(vaultID, epoch: Int64(clamping: epoch)) {
+                entry = try VaultEntries.open(
+                    envelope.payload, vaultID: vaultID, vaultKey: key, ownerSigningKey: vault.ownerSigningKey)
+            } else {
+                entry = nil
+            }
+        } catch {
+            context.logger.warning("vault \(vaultID) seq \(envelope.seq): \(error)")
+            entry = nil
+        }
+        let topic = vault.topic
+        try context.stored { () throws(LocalStoreError) in
+            try context.store.write { db in
+                guard try CursorRecord.seq(of: topic, db) < envelope.seq else { return }
+                if let entry { try Self.apply(entry, vaultID: vaultID, db) }
+                try CursorRecord.advance(topic, to: envelope.seq, db)
+            }
+        }
+    }
+
+    private static func apply(_ entry: WireVaultEntry, vaultID: String, _ db: Database) throws {
+        switch entry.body {
+        case .created(let created):
+            if let name = try? VaultEntries.validName(created.name) {
+                try db.execute(sql: "UPDATE vault SET name = ? WHERE id = ?", arguments: [name, vaultID])
+            }
+        case .documentAdded(let document):
+            guard (try? VaultEntries.check(document)) != nil else { return }
+            try VaultDocumentRecord(vaultID: vaultID, epoch: entry.epoch, document).save(db)
+        case .documentRemoved(let removed):
+            try db.execute(
+                sql: "DELETE FROM vault_document WHERE vault_id = ? AND document_id = ?",
+                arguments: [vaultID, removed.documentID])
+        case .snapshot(let snapshot):
+            // A new epoch lists every document again, keys rewrapped.
+            if snapshot.part == 0 {
+                try db.execute(sql: "DELETE FROM vault_document WHERE vault_id = ?", arguments: [vaultID])
+                if let name = try? VaultEntries.validName(snapshot.name) {
+                    try db.execute(sql: "UPDATE vault SET name = ? WHERE id = ?", arguments: [name, vaultID])
+                }
+            }
+            for document in snapshot.documents where (try? VaultEntries.check(document)) != nil {
+                try VaultDocumentRecord(vaultID: vaultID, epoch: entry.epoch, document).save(db)
+            }
+        case nil:
+            return
+        }
+    }
+
+    // MARK: Keys and links
+
+    private func key(_ vaultID: String, epoch: Int64) throws(RallyClientError) -> SymmetricKey {
+        let raw = try context.stored { () throws(LocalStoreError) in
+            try context.store.secret(.vaultKey(vault: vaultID, epoch: UInt64(clamping: epoch)))
+        }
+        guard let raw, raw.count == 32 else {
+            throw .vault(.invalidEntry("this home has no key for epoch \(epoch) of vault \(vaultID)"))
+        }
+        return SymmetricKey(data: raw)
+    }
+
+    private func access(_ vaultID: String) throws(RallyClientError) -> TopicAccess {
+        guard let vault = try context.stored({ () throws(LocalStoreError) in try context.store.vault(id: vaultID) })
+        else { throw .vault(.unknownVault(vaultID)) }
+        let vaultKey = try key(vaultID, epoch: vault.epoch)
+        return try crypto { () throws(RallyCryptoError) in
+            try TopicAccess(secret: TopicAccess.secret(fromEpochKey: vaultKey))
+        }
+    }
+
+    /// Runs a transfer over an HTTP link of its own (blobs are served over
+    /// HTTP only).
+    private func withBlobs<T>(
+        _ operation: (DocumentTransfer) async throws(RallyClientError) -> T
+    ) async throws(RallyClientError) -> T {
+        let link: HTTPRelayLink
+        do {
+            link = try await HTTPRelayLink.connect(to: context.relayURL, identity: context.identity)
+        } catch {
+            throw .relay(error)
+        }
+        let transfer = DocumentTransfer(blobs: BlobClient(link: link), clock: context.clock, backoff: context.backoff)
+        do {
+            let result = try await operation(transfer)
+            await link.close()
+            return result
+        } catch {
+            await link.close()
+            throw error
+        }
+    }
+
+    private func summary(_ vaultID: String) throws(RallyClientError) -> VaultSummary {
+        guard let summary = try list().first(where: { $0.id == vaultID }) else {
+            throw .vault(.unknownVault(vaultID))
+        }
+        return summary
+    }
+
+    static func hex(_ bytes: Data) -> String { bytes.map { String(format: "%02x", $0) }.joined() }
+}
+
+private func vaultError<T>(_ body: () throws(VaultClientError) -> T) throws(RallyClientError) -> T {
+    do {
+        return try body()
+    } catch {
+        throw .vault(error)
+    }
+}
+
+private func crypto<T>(_ body: () throws(RallyCryptoError) -> T) throws(RallyClientError) -> T {
+    do {
+        return try body()
+    } catch {
+        throw .vault(.invalidEntry("\(error)"))
+    }
+}
