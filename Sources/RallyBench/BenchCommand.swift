@@ -11,7 +11,8 @@ struct BenchCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "rally-bench", abstract: "Benchmarks that print measurements.",
         subcommands: [
-            RelayBench.self, GroupBench.self, JoinBench.self, ReconnectBench.self, ChildRelayCommand.self,
+            RelayBench.self, GroupBench.self, JoinBench.self, ReconnectBench.self, VaultBench.self,
+            ChildRelayCommand.self,
         ])
 }
 

@@ -29,6 +29,7 @@ struct DemoCommand: AsyncParsableCommand {
         say("relay      listening on \(relay.url) (SQLite in \(root.appendingPathComponent("relay").path))")
         do {
             try await walkThrough(relayURL: relay.url, root: root, logger: quiet)
+            try await vaultWalkThrough(relayURL: relay.url, root: root, logger: quiet)
         } catch {
             await relay.stop()
             throw error
@@ -179,6 +180,53 @@ struct DemoCommand: AsyncParsableCommand {
         watcher.cancel()
         _ = await watcher.result
         await alice.disconnect()
+    }
+
+    /// The seed's nominee flow: a vault, a document, an invitation
+    /// accepted through its deep link, the owner's confirmation, the
+    /// nominee reading, and a revocation that leaves them out.
+    private func vaultWalkThrough(relayURL: URL, root: URL, logger: Logger) async throws {
+        let olga = try await RallyClient.create(
+            home: root.appendingPathComponent("olga"), relayURL: relayURL, displayName: "Olga", logger: logger)
+        let sam = try await RallyClient.create(
+            home: root.appendingPathComponent("sam"), relayURL: relayURL, displayName: "Sam", logger: logger)
+        let vault = try await olga.createVault(name: "Family Papers")
+        say("olga       created vault \"Family Papers\" (its name, documents and keys never reach the relay in clear)")
+        let deed = root.appendingPathComponent("deed.txt")
+        try Data("The house goes to Sam.".utf8).write(to: deed)
+        let added = try await olga.addDocument(to: vault.id, file: deed)
+        say(
+            "olga       added \(added.name) (\(added.size) bytes, sealed with a key of its own, stored as a relay blob)"
+        )
+        let sent = try await olga.inviteNominee(to: vault.id, invitee: sam.inboxID, name: "Sam")
+        say("olga       → sam: 🔐 Vault Invitation \"Family Papers\" (pending; only the token's hash stays with Olga)")
+        let invitation = try await sam.vaultInvitations()
+        say(
+            "sam        sees \(invitation.first?.title ?? "nothing") \"\(invitation.first?.vaultName ?? "")\" [Accept] [Decline]"
+        )
+        let accepted = try await sam.acceptVaultInvitation(sent.link)
+        say("sam        taps Accept: \(accepted.invitation.title)")
+        say(
+            "sam        deep link: \(accepted.link ?? "")".replacingOccurrences(
+                of: sent.link.components(separatedBy: "token=").last ?? "", with: "…"))
+        let confirmed = try await olga.confirmNominee("Sam", of: vault.id)
+        say("olga       confirmed Sam: \(confirmed.status.rawValue) (the vault key is sealed to Sam)")
+        let copy = root.appendingPathComponent("sam-deed.txt")
+        _ = try await sam.fetchDocument(added.name, from: vault.id, to: copy)
+        say("sam        read \(added.name): \"\(try String(contentsOf: copy, encoding: .utf8))\"")
+        _ = try await olga.revokeNominee("Sam", of: vault.id)
+        say("olga       revoked Sam: the token is dead and the vault moved to a new key")
+        let codicil = root.appendingPathComponent("codicil.txt")
+        try Data("Codicil: the boat goes to Ann.".utf8).write(to: codicil)
+        _ = try await olga.addDocument(to: vault.id, file: codicil)
+        do {
+            _ = try await sam.documents(in: vault.id)
+            say("sam        can still read the vault (unexpected)")
+        } catch {
+            say("sam        cannot read codicil.txt: \(error)")
+        }
+        await olga.disconnect()
+        await sam.disconnect()
     }
 
     private func say(_ line: String) {

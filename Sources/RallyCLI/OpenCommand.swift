@@ -8,10 +8,12 @@ import RallyCore
 /// nothing.
 struct OpenCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "open", abstract: "Open a Rally link: an invite (rally://join/…) or a nominee invitation.",
+        commandName: "open",
+        abstract: "Open a Rally link: an invite (rally://join/…) or a vault invitation (rally://nominee/invite?…).",
         discussion: """
             An invite link does exactly what `rally join LINK` does (same output and exit status). \
-            A malformed link exits 1 and says what is wrong with it.
+            A nominee link accepts the vault invitation (declines it with status=declined), as \
+            `rally nominee accept` does. A malformed link exits 1 and says what is wrong with it.
             """)
 
     @OptionGroup var options: ClientOptions
@@ -23,17 +25,6 @@ struct OpenCommand: AsyncParsableCommand {
     @Option(help: "Invite links: stop waiting after this many seconds (the join stays under way).")
     var timeout: Double?
 
-    /// Why `rally open` could not act on a well-formed link.
-    enum Failure: Error, CustomStringConvertible {
-        case nomineeLinksNotYetSupported
-
-        var description: String {
-            switch self {
-            case .nomineeLinksNotYetSupported: "nominee links are handled once vault sharing lands"
-            }
-        }
-    }
-
     func run() async throws {
         switch try DeepLinkRouter.parse(link) {
         case .join:
@@ -43,10 +34,19 @@ struct OpenCommand: AsyncParsableCommand {
         }
     }
 
-    /// Acts on a nominee invitation for this home.
+    /// Acts on a nominee link for this home, as the seed's main app does:
+    /// a declined link declines; any other accepts, and a link for an
+    /// invitation accepted already shows where it stands.
     static func openNomineeLink(_ link: NomineeInviteLink, options: ClientOptions) async throws {
-        // Replaced when vault sharing lands (accepting or declining with the
-        // nominee SDK).
-        throw Failure.nomineeLinksNotYetSupported
+        if link.status != .declined {
+            let client = try options.openClient()
+            let known = try await client.vaultInvitation(matching: link.token.text)
+            await client.disconnect()
+            if let known, known.status == .accepted || known.status == .active {
+                options.output.emit(NomineeResponse(invitation: known, link: link.url)) { NomineeCommand.human(known) }
+                return
+            }
+        }
+        try await NomineeCommand.respond(link.token.text, accept: link.status != .declined, options: options)
     }
 }

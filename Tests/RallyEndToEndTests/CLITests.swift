@@ -141,6 +141,10 @@ struct CLITests {
         #expect(result.stdout.contains("bob        members: Alice (owner), Bob (member)"))
         // The invite flow: one join, then one of each error type.
         #expect(result.stdout.contains("dave       joined \"Picnic\""))
+        // The vault scene.
+        #expect(result.stdout.contains("sam        taps Accept: ✅ Vault Access Accepted"))
+        #expect(result.stdout.contains("sam        read deed.txt: \"The house goes to Sam.\""))
+        #expect(result.stdout.contains("sam        cannot read codicil.txt: the owner of vault \"Family Papers\" revoked your access"))
         for type in [
             "single_use_consumed", "invite_revoked", "generic_failure", "conversation_expired",
             "conversation_not_found",

@@ -113,10 +113,10 @@ struct OpenCLITests {
             #expect(result.stdout.isEmpty)
             #expect(Self.snapshot(home) == before, "\(link.prefix(50)) changed the home")
         }
-        // A well-formed nominee link: handled once vault sharing lands.
+        // A well-formed nominee link for an invitation Bob never received.
         let nominee = try NomineeInviteLink(token: .random(), vaultName: "Family", status: .pending)
         let pending = try await b.rally("bob", ["open", nominee.url], expect: 1)
-        #expect(pending.stderr.contains("nominee links are handled once vault sharing lands"))
+        #expect(pending.stderr.contains("no vault invitation with this token was sent to you"))
         #expect(!pending.stderr.contains(nominee.token.text))
         await b.relay.stop()
         b.homes.remove()

@@ -39,6 +39,7 @@ public actor RallyClient {
     nonisolated let joins: JoinService
     nonisolated let watcher: WatchService
     nonisolated let vaults: VaultService
+    nonisolated let nominees: NomineeService
 
     /// The home's database. Internal: apps and the CLI go through the
     /// services.
@@ -61,8 +62,11 @@ public actor RallyClient {
         let desk = InviterDesk(
             context: context, log: log, committer: committer, welcomes: welcomes, identities: InviteIdentities())
         let joins = JoinService(context: context, messages: messages)
+        let vaults = VaultService(context: context)
+        let nominees = NomineeService(context: context, vaults: vaults, messages: messages)
         let inbox = InboxService(
-            context: context, welcomes: welcomes, joins: joins, groups: groups, leaves: CancelledJoinLeaves())
+            context: context, welcomes: welcomes, joins: joins, groups: groups, leaves: CancelledJoinLeaves(),
+            nominees: nominees)
         self.directMessages = messages
         self.inbox = inbox
         self.groupLog = log
@@ -71,7 +75,8 @@ public actor RallyClient {
         self.inviterDesk = desk
         self.joins = joins
         self.watcher = WatchService(context: context, inbox: inbox, log: log, desk: desk)
-        self.vaults = VaultService(context: context)
+        self.vaults = vaults
+        self.nominees = nominees
         context.outboxRoutes.route { item, groupID throws(RallyClientError) in
             try await groups.sendQueued(item, groupID: groupID)
         }
@@ -517,9 +522,11 @@ public actor RallyClient {
         return summary
     }
 
-    /// The vaults this home owns or can read, as last synced.
-    public func vaultList() throws(RallyClientError) -> [VaultSummary] {
-        try vaults.list()
+    /// The vaults this home owns or can read, after reading its inbox.
+    public func vaultList() async throws(RallyClientError) -> [VaultSummary] {
+        // Vaults granted (or revoked) by their owners arrive by message.
+        _ = try await inbox.sync()
+        return try vaults.list()
     }
 
     /// Seals `file` with a key of its own, uploads it in segments
@@ -534,7 +541,14 @@ public actor RallyClient {
 
     /// The vault's documents after reading its log from the relay.
     public func documents(in vault: String) async throws(RallyClientError) -> [VaultDocumentSummary] {
-        try await vaults.documents(vault)
+        try await readGrants(for: vault)
+        return try await vaults.documents(vault)
+    }
+
+    /// A nominee's grants and revocations arrive by direct message: read
+    /// them before acting on a vault this home does not own.
+    private func readGrants(for vault: String) async throws(RallyClientError) {
+        if (try? vaults.resolve(vault))?.isOwner != true { _ = try await inbox.sync() }
     }
 
     /// Downloads and checks a document (an id or a unique name) and writes
@@ -543,7 +557,8 @@ public actor RallyClient {
         _ document: String, from vault: String, to output: URL,
         progress: @escaping @Sendable (TransferProgress) -> Void = { _ in }
     ) async throws(RallyClientError) -> VaultDocumentSummary {
-        try await vaults.get(vault, document: document, to: output, progress: progress)
+        try await readGrants(for: vault)
+        return try await vaults.get(vault, document: document, to: output, progress: progress)
     }
 
     /// Removes a document from the vault and its blob from the relay.
@@ -553,5 +568,69 @@ public actor RallyClient {
         -> VaultDocumentSummary
     {
         try await vaults.remove(vault, document: document)
+    }
+
+    // MARK: Nominees
+
+    /// How long a nominee invitation stays valid unless the owner says
+    /// otherwise: 7 days.
+    public static let nomineeInvitationLifetime = NomineeService.defaultLifetime
+
+    /// Invites `invitee` to the vault as a nominee: a pending nominee and
+    /// an interactive "🔐 Vault Invitation" message with a single-use token
+    /// that expires after `lifetime` and works only for `invitee`.
+    public func inviteNominee(
+        to vault: String, invitee: InboxID, name: String, phone: String? = nil, email: String? = nil,
+        lifetime: Duration = RallyClient.nomineeInvitationLifetime
+    ) async throws(RallyClientError) -> NomineeInvitationSent {
+        try await nominees.invite(
+            vault: vault, to: invitee, name: name, phone: phone, email: email, lifetime: lifetime)
+    }
+
+    /// The vault's nominees and their status, after reading this inbox.
+    public func nominees(of vault: String) async throws(RallyClientError) -> [NomineeSummary] {
+        _ = try await inbox.sync()
+        return try nominees.nominees(vault: vault)
+    }
+
+    /// Seals the vault key to a nominee who accepted (status `active`).
+    public func confirmNominee(_ nominee: String, of vault: String) async throws(RallyClientError) -> NomineeSummary {
+        _ = try await inbox.sync()
+        return try await nominees.confirm(vault: vault, nominee: nominee)
+    }
+
+    /// Revokes a nominee: their token is dead and, if they held the key,
+    /// the vault moves to a new one.
+    public func revokeNominee(_ nominee: String, of vault: String) async throws(RallyClientError) -> NomineeSummary {
+        _ = try await inbox.sync()
+        return try await nominees.revoke(vault: vault, nominee: nominee)
+    }
+
+    /// The vault invitations this identity received, after reading its
+    /// inbox.
+    public func vaultInvitations() async throws(RallyClientError) -> [VaultInvitationSummary] {
+        _ = try await inbox.sync()
+        return try nominees.invitations()
+    }
+
+    /// The invitation a token or nominee link names, if this identity
+    /// received it.
+    public func vaultInvitation(matching tokenOrLink: String) async throws(RallyClientError) -> VaultInvitationSummary?
+    {
+        _ = try await inbox.sync()
+        return try nominees.invitation(matching: tokenOrLink)
+    }
+
+    /// Accepts the invitation a token or nominee link names.
+    public func acceptVaultInvitation(_ tokenOrLink: String) async throws(RallyClientError) -> NomineeResponse {
+        _ = try await inbox.sync()
+        return try await nominees.respond(tokenOrLink, accept: true)
+    }
+
+    /// Declines the invitation a token or nominee link names; the owner
+    /// stores the decline.
+    public func declineVaultInvitation(_ tokenOrLink: String) async throws(RallyClientError) -> NomineeResponse {
+        _ = try await inbox.sync()
+        return try await nominees.respond(tokenOrLink, accept: false)
     }
 }

@@ -368,7 +368,7 @@ public actor RelayConnection: RelayLink {
                 // The relay is going away: end every subscription now so
                 // followers reconnect (jittered) instead of waiting for the
                 // socket to close.
-                logger.info("the relay is shutting down")
+                logger.debug("the relay is shutting down")
                 closed(RelayClientError(error))
                 Task { await self.close() }
             } else {

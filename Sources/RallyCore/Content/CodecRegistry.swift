@@ -27,6 +27,9 @@ public struct CodecRegistry: Sendable {
         registry.register(GroupWelcomeCodec())
         registry.register(InviteJoinErrorCodec())
         registry.register(JoinRequestCodec())
+        registry.register(VaultInvitationCodec())
+        registry.register(VaultInvitationResponseCodec())
+        registry.register(VaultAccessCodec())
         return registry
     }()
 

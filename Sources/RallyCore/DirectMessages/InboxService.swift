@@ -26,6 +26,7 @@ struct InboxService: Sendable {
     let joins: JoinService
     let groups: GroupService
     let leaves: CancelledJoinLeaves
+    let nominees: NomineeService
 
     /// Fetches everything that arrived since the stored cursor, stores it
     /// and returns what was new.
@@ -57,7 +58,16 @@ struct InboxService: Sendable {
         switch processor.process(envelope, receivedAt: now) {
         case .success(let message):
             let isNew: Bool
-            if let welcome = GroupWelcomeCodec.welcome(in: message, codecs: context.codecs) {
+            if NomineeService.handles(message) {
+                // Acted on before the cursor moves (idempotently), so a
+                // crash in between acts again rather than never; only the
+                // invitation itself is kept as a message.
+                try await nominees.handle(message)
+                let kept = NomineeService.keepsMessage(message) ? message : nil
+                isNew = try context.stored { () throws(LocalStoreError) in
+                    try store.ingest(topic: topic, seq: envelope.seq, message: kept, now: now)
+                }
+            } else if let welcome = GroupWelcomeCodec.welcome(in: message, codecs: context.codecs) {
                 let taken = try await welcomes.take(
                     welcome, message: message, topic: topic, seq: envelope.seq,
                     join: joins.match(welcome, from: message.sender))

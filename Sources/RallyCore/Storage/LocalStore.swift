@@ -137,6 +137,12 @@ final class LocalStore: Sendable {
             try VaultRecord.createTable(db)
             try VaultDocumentRecord.createTable(db)
         }
+        migrator.registerMigration("v7-nominees") { db in
+            try VaultRecord.addEpochStartSeq(db)
+            try NomineeRecord.createTable(db)
+            try VaultInvitationRecord.createTable(db)
+            try NomineeEventRecord.createTable(db)
+        }
         return migrator
     }
 

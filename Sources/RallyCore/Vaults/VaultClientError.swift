@@ -17,6 +17,14 @@ public enum VaultClientError: Error, Equatable, Sendable, CustomStringConvertibl
     case invalidEntry(String)
     /// The relay kept refusing or failing a transfer.
     case transferFailed(String)
+    /// The owner moved the vault to a new key this home has not received.
+    case awaitingKey(vault: String)
+    case unknownNominee(vault: String, nominee: String)
+    case unknownInvitation
+    /// The owner revoked this nominee's access to the vault.
+    case accessRevoked(vault: String)
+    case nomineeNotReady(name: String, status: NomineeStatus, action: String)
+    case invitationRefused(String)
 
     public var description: String {
         switch self {
@@ -39,6 +47,17 @@ public enum VaultClientError: Error, Equatable, Sendable, CustomStringConvertibl
         case .integrity(let reason): "the downloaded document failed its integrity check (\(reason)); nothing was saved"
         case .invalidEntry(let reason): "a vault entry was ignored: \(reason)"
         case .transferFailed(let reason): "the transfer did not finish: \(reason); run the command again to resume"
+        case .awaitingKey(let vault):
+            "the owner of vault \"\(vault)\" moved it to a new key that has not reached you yet; read your messages (`rally dm read`) and try again"
+        case .unknownNominee(let vault, let nominee):
+            "vault \"\(vault)\" has no nominee \"\(nominee)\": see `rally nominee list \(vault)`"
+        case .accessRevoked(let vault):
+            "the owner of vault \"\(vault)\" revoked your access; documents added since are out of your reach"
+        case .unknownInvitation:
+            "no vault invitation with this token was sent to you: an invitation works only for the person it was sent to"
+        case .nomineeNotReady(let name, let status, let action):
+            "\(name) cannot be \(action): the invitation is \(status.rawValue)"
+        case .invitationRefused(let reason): reason
         }
     }
 }

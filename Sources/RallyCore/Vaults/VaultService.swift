@@ -26,7 +26,7 @@ struct VaultService: Sendable {
         let record = VaultRecord(
             id: access.foundedTopicID, name: name, ownerInbox: context.identity.inboxID.rawValue,
             ownerSigningKey: context.identity.signingKey.publicKey.rawRepresentation, isOwner: true, epoch: 0,
-            createdAtMs: ClientClock.millis(context.clock.now()))
+            epochStartSeq: 1, createdAtMs: ClientClock.millis(context.clock.now()))
         try context.stored { () throws(LocalStoreError) in
             try context.store.setSecret(key.withUnsafeBytes { Data($0) }, .vaultKey(vault: record.id, epoch: 0))
             try context.store.write { db in try record.insert(db) }
@@ -52,7 +52,17 @@ struct VaultService: Sendable {
         let found = try context.stored { () throws(LocalStoreError) in try context.store.vaults(matching: text) }
         if let byID = found.first(where: { $0.id == text }) { return byID }
         switch found.count {
-        case 0: throw .vault(.unknownVault(text))
+        case 0:
+            let revoked = try context.stored { () throws(LocalStoreError) in
+                try context.store.read { db in
+                    try VaultInvitationRecord.filter(
+                        (Column("vault_id") == text || Column("vault_name") == text)
+                            && Column("status") == NomineeStatus.revoked.rawValue
+                    ).fetchOne(db)
+                }
+            }
+            if let revoked { throw .vault(.accessRevoked(vault: revoked.vaultName)) }
+            throw .vault(.unknownVault(text))
         case 1: return found[0]
         default: throw .vault(.ambiguousVault(text, ids: found.map(\.id)))
         }
@@ -148,6 +158,74 @@ struct VaultService: Sendable {
         return document.summary
     }
 
+    /// Documents one snapshot part carries, so a part fits an envelope
+    /// whatever the names (at most 255 bytes each).
+    static let documentsPerSnapshotPart = 200
+
+    /// Moves the vault to a new key (after a nominee lost access): the
+    /// first entry of the new epoch replaces the topic's access key, and
+    /// the new epoch's snapshot lists every document with its key rewrapped
+    /// under the new vault key. Whoever holds only the old key can read
+    /// the log up to the rotation and open none of what follows.
+    /// - Returns: the new epoch.
+    @discardableResult
+    func rotate(_ vaultID: String) async throws(RallyClientError) -> Int64 {
+        try await sync(vaultID)
+        let vault = try resolve(vaultID)
+        guard vault.isOwner else { throw .vault(.notOwner(vault: vault.name)) }
+        let epoch = vault.epoch + 1
+        let newKey = VaultSealing.newVaultKey()
+        let newAccess = try crypto { () throws(RallyCryptoError) in
+            try TopicAccess(secret: TopicAccess.secret(fromEpochKey: newKey))
+        }
+        try context.stored { () throws(LocalStoreError) in
+            try context.store.setSecret(
+                newKey.withUnsafeBytes { Data($0) }, .vaultKey(vault: vaultID, epoch: UInt64(epoch)))
+        }
+        let documents = try context.stored { () throws(LocalStoreError) in try context.store.vaultDocuments(vaultID) }
+        var rewrapped: [WireVaultDocument] = []
+        for document in documents {
+            let oldKey = try key(vaultID, epoch: document.epoch)
+            let wrapped = try crypto { () throws(RallyCryptoError) in
+                let documentKey = try VaultSealing.unwrap(
+                    document.wrappedKey, vaultKey: oldKey, vaultID: vaultID, documentID: document.documentID,
+                    epoch: UInt64(document.epoch))
+                return try VaultSealing.wrap(
+                    documentKey: documentKey, vaultKey: newKey, vaultID: vaultID, documentID: document.documentID,
+                    epoch: UInt64(epoch))
+            }
+            rewrapped.append(document.wire(wrappedKey: wrapped))
+        }
+        let parts = stride(from: 0, to: max(rewrapped.count, 1), by: Self.documentsPerSnapshotPart).map {
+            Array(rewrapped[$0..<min($0 + Self.documentsPerSnapshotPart, rewrapped.count)])
+        }
+        for (index, part) in parts.enumerated() {
+            var snapshot = WireVaultSnapshot()
+            snapshot.name = vault.name
+            snapshot.documents = part
+            snapshot.part = UInt32(index)
+            snapshot.parts = UInt32(parts.count)
+            try await publish(vaultID, rotatingTo: index == 0 ? (epoch, newAccess) : nil) {
+                _, _ throws(RallyClientError) in .snapshot(snapshot)
+            }
+        }
+        return epoch
+    }
+
+    /// The key and first seq of the vault's current epoch: what a grant to
+    /// a nominee carries.
+    func currentGrant(_ vaultID: String) throws(RallyClientError) -> WireVaultKeyGrant {
+        let vault = try resolve(vaultID)
+        let key = try key(vaultID, epoch: vault.epoch)
+        var grant = WireVaultKeyGrant()
+        grant.vaultID = vault.id
+        grant.vaultName = vault.name
+        grant.epoch = UInt64(vault.epoch)
+        grant.vaultKey = key.withUnsafeBytes { Data($0) }
+        grant.startSeq = UInt64(vault.epochStartSeq)
+        return grant
+    }
+
     private func resolveDocument(_ text: String, in vault: VaultRecord) throws(RallyClientError) -> VaultDocumentRecord
     {
         let documents = try context.stored { () throws(LocalStoreError) in
@@ -178,8 +256,10 @@ struct VaultService: Sendable {
     /// Builds the owner's next entry on top of everything the relay holds
     /// and publishes it as the topic's next control entry; a race lost to
     /// another process of this home is rebuilt after reading its entry.
+    /// With `rotatingTo`, the entry starts epoch `rotatingTo.epoch`: it is
+    /// sealed with that epoch's key and replaces the topic's access key.
     private func publish(
-        _ vaultID: String,
+        _ vaultID: String, rotatingTo rotation: (epoch: Int64, access: TopicAccess)? = nil,
         _ body: (VaultRecord, SymmetricKey) throws(RallyClientError) -> WireVaultEntry.OneOf_Body
     ) async throws(RallyClientError) {
         var lastConflict = RelayClientError.conflict(topic: "", lastControlSeq: 0)
@@ -187,10 +267,11 @@ struct VaultService: Sendable {
             try await sync(vaultID)
             guard let vault = try context.stored({ () throws(LocalStoreError) in try context.store.vault(id: vaultID) })
             else { throw .vault(.unknownVault(vaultID)) }
-            let vaultKey = try key(vaultID, epoch: vault.epoch)
+            let epoch = rotation?.epoch ?? vault.epoch
+            let vaultKey = try key(vaultID, epoch: epoch)
             var entry = WireVaultEntry()
             entry.vaultID = vaultID
-            entry.epoch = UInt64(vault.epoch)
+            entry.epoch = UInt64(epoch)
             entry.createdAtMs = ClientClock.millis(context.clock.now())
             entry.body = try body(vault, vaultKey)
             let payload = try crypto { () throws(RallyCryptoError) in
@@ -205,7 +286,7 @@ struct VaultService: Sendable {
                     try await link.publish(
                         topic: vault.topic, payload: payload, idempotencyKey: idempotencyKey, shouldPush: false,
                         expiresAt: nil, access: access, control: true, expectedControlSeq: expected,
-                        rotateAccessKey: nil)
+                        rotateAccessKey: rotation?.access.publicKey)
                 }
                 try await sync(vaultID)
                 return
@@ -220,36 +301,43 @@ struct VaultService: Sendable {
     private func apply(_ envelope: WireEnvelope, vaultID: String) throws(RallyClientError) {
         guard let vault = try context.stored({ () throws(LocalStoreError) in try context.store.vault(id: vaultID) })
         else { return }
-        let entry: WireVaultEntry?
-        do {
-            let epoch = try VaultEntries.epoch(of: envelope.payload)
-            // An entry of an epoch this home never had a key for (from
-            // before its access) is skipped.
+        var entry: WireVaultEntry?
+        if let epoch = try? VaultEntries.epoch(of: envelope.payload) {
             if let key = try? key(vaultID, epoch: Int64(clamping: epoch)) {
-                entry = try VaultEntries.open(
-                    envelope.payload, vaultID: vaultID, vaultKey: key, ownerSigningKey: vault.ownerSigningKey)
-            } else {
-                entry = nil
+                do {
+                    entry = try VaultEntries.open(
+                        envelope.payload, vaultID: vaultID, vaultKey: key, ownerSigningKey: vault.ownerSigningKey)
+                } catch {
+                    context.logger.warning("vault \(vaultID) seq \(envelope.seq): \(error)")
+                }
+            } else if Int64(clamping: epoch) > vault.epoch {
+                // The owner rotated the key and this home's grant has not
+                // arrived: stop here, so the entry is read once it has.
+                throw .vault(.awaitingKey(vault: vault.name))
             }
-        } catch {
-            context.logger.warning("vault \(vaultID) seq \(envelope.seq): \(error)")
-            entry = nil
+            // Otherwise an entry of an epoch before this home's access:
+            // skipped.
         }
         let topic = vault.topic
         try context.stored { () throws(LocalStoreError) in
             try context.store.write { db in
                 guard try CursorRecord.seq(of: topic, db) < envelope.seq else { return }
-                if let entry { try Self.apply(entry, vaultID: vaultID, db) }
+                if let entry { try Self.apply(entry, seq: envelope.seq, vaultID: vaultID, db) }
                 try CursorRecord.advance(topic, to: envelope.seq, db)
             }
         }
     }
 
-    private static func apply(_ entry: WireVaultEntry, vaultID: String, _ db: Database) throws {
+    private static func apply(_ entry: WireVaultEntry, seq: UInt64, vaultID: String, _ db: Database) throws {
         switch entry.body {
         case .created(let created):
             if let name = try? VaultEntries.validName(created.name) {
                 try db.execute(sql: "UPDATE vault SET name = ? WHERE id = ?", arguments: [name, vaultID])
+            }
+            if entry.epoch == 0 {
+                try db.execute(
+                    sql: "UPDATE vault SET epoch_start_seq = ? WHERE id = ? AND epoch = 0",
+                    arguments: [Int64(seq), vaultID])
             }
         case .documentAdded(let document):
             guard (try? VaultEntries.check(document)) != nil else { return }
@@ -261,6 +349,11 @@ struct VaultService: Sendable {
         case .snapshot(let snapshot):
             // A new epoch lists every document again, keys rewrapped.
             if snapshot.part == 0 {
+                // A new epoch starts here: this home reads and writes with
+                // its key from now on.
+                try db.execute(
+                    sql: "UPDATE vault SET epoch = ?, epoch_start_seq = ? WHERE id = ? AND epoch <= ?",
+                    arguments: [Int64(entry.epoch), Int64(seq), vaultID, Int64(entry.epoch)])
                 try db.execute(sql: "DELETE FROM vault_document WHERE vault_id = ?", arguments: [vaultID])
                 if let name = try? VaultEntries.validName(snapshot.name) {
                     try db.execute(sql: "UPDATE vault SET name = ? WHERE id = ?", arguments: [name, vaultID])
@@ -276,7 +369,7 @@ struct VaultService: Sendable {
 
     // MARK: Keys and links
 
-    private func key(_ vaultID: String, epoch: Int64) throws(RallyClientError) -> SymmetricKey {
+    func key(_ vaultID: String, epoch: Int64) throws(RallyClientError) -> SymmetricKey {
         let raw = try context.stored { () throws(LocalStoreError) in
             try context.store.secret(.vaultKey(vault: vaultID, epoch: UInt64(clamping: epoch)))
         }

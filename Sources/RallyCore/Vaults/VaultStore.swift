@@ -15,11 +15,14 @@ struct VaultRecord: Codable, FetchableRecord, PersistableRecord, Sendable, Equat
     var isOwner: Bool
     /// The epoch whose key this home reads and writes with.
     var epoch: Int64
+    /// The seq of the epoch's first entry (its creation or the first part
+    /// of its snapshot): where a nominee granted this epoch starts reading.
+    var epochStartSeq: Int64
     var createdAtMs: Int64
 
     enum CodingKeys: String, CodingKey {
         case id, name, ownerInbox = "owner_inbox", ownerSigningKey = "owner_signing_key", isOwner = "is_owner"
-        case epoch, createdAtMs = "created_at_ms"
+        case epoch, epochStartSeq = "epoch_start_seq", createdAtMs = "created_at_ms"
     }
 
     static func createTable(_ db: Database) throws {
@@ -31,6 +34,14 @@ struct VaultRecord: Codable, FetchableRecord, PersistableRecord, Sendable, Equat
             table.column("is_owner", .boolean).notNull()
             table.column("epoch", .integer).notNull()
             table.column("created_at_ms", .integer).notNull()
+        }
+    }
+
+    /// v7: where the current epoch starts (a vault made before has had
+    /// one epoch, from its first entry).
+    static func addEpochStartSeq(_ db: Database) throws {
+        try db.alter(table: databaseTableName) { table in
+            table.add(column: "epoch_start_seq", .integer).notNull().defaults(to: 1)
         }
     }
 
@@ -92,6 +103,21 @@ struct VaultDocumentRecord: Codable, FetchableRecord, PersistableRecord, Sendabl
         self.wrappedKey = document.wrappedKey
         self.epoch = Int64(clamping: epoch)
         self.addedAtMs = document.addedAtMs
+    }
+
+    /// The document as a log entry describes it, with `wrappedKey`.
+    func wire(wrappedKey: Data) -> WireVaultDocument {
+        var document = WireVaultDocument()
+        document.documentID = documentID
+        document.name = name
+        document.size = UInt64(size)
+        document.blobID = blobID
+        document.sealedSize = UInt64(sealedSize)
+        document.sealedSha256 = sealedSHA256
+        document.segmentBytes = UInt32(segmentBytes)
+        document.wrappedKey = wrappedKey
+        document.addedAtMs = addedAtMs
+        return document
     }
 
     var summary: VaultDocumentSummary {

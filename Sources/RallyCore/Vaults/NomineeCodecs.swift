@@ -1,0 +1,103 @@
+import Foundation
+public import RallyWire
+
+/// `rally.dev/vault_invitation:1.0`: the interactive invitation an owner
+/// sends a nominee ("🔐 Vault Invitation", Accept / Decline).
+public struct VaultInvitationCodec: ContentCodec {
+    public static let contentType = ContentTypeID(authority: "rally.dev", type: "vault_invitation", major: 1, minor: 0)
+    public var contentType: ContentTypeID { Self.contentType }
+    public init() {}
+
+    public func encode(_ value: WireVaultInvitation) throws(ContentError) -> WireEncodedContent {
+        NomineeContent.encode(FrameCodec.encode(value), type: contentType, fallback: fallback(for: value))
+    }
+
+    public func decode(_ content: WireEncodedContent) throws(ContentError) -> WireVaultInvitation {
+        do {
+            return try FrameCodec.decode(
+                WireVaultInvitation.self, from: content.content, limit: WireLimits.maxPayloadBytes)
+        } catch {
+            throw .malformed(contentType: contentType.description, reason: error.description)
+        }
+    }
+
+    public func fallback(for value: WireVaultInvitation) -> String? {
+        "🔐 Vault Invitation: \"\(value.vaultName)\". Open it in Rally to accept or decline."
+    }
+
+    public func shouldPush(_ value: WireVaultInvitation) -> Bool { true }
+
+    public func summary(of value: WireVaultInvitation) -> String {
+        "🔐 Vault Invitation: \"\(value.vaultName)\" (see `rally nominee invitations`)"
+    }
+}
+
+/// `rally.dev/vault_invitation_response:1.0`: a nominee's Accept or
+/// Decline, with the token.
+public struct VaultInvitationResponseCodec: ContentCodec {
+    public static let contentType = ContentTypeID(
+        authority: "rally.dev", type: "vault_invitation_response", major: 1, minor: 0)
+    public var contentType: ContentTypeID { Self.contentType }
+    public init() {}
+
+    public func encode(_ value: WireVaultInvitationResponse) throws(ContentError) -> WireEncodedContent {
+        NomineeContent.encode(FrameCodec.encode(value), type: contentType, fallback: fallback(for: value))
+    }
+
+    public func decode(_ content: WireEncodedContent) throws(ContentError) -> WireVaultInvitationResponse {
+        do {
+            return try FrameCodec.decode(
+                WireVaultInvitationResponse.self, from: content.content, limit: WireLimits.maxPayloadBytes)
+        } catch {
+            throw .malformed(contentType: contentType.description, reason: error.description)
+        }
+    }
+
+    public func fallback(for value: WireVaultInvitationResponse) -> String? {
+        value.decision == .accept ? "✅ Vault Access Accepted" : "Vault invitation declined"
+    }
+
+    public func shouldPush(_ value: WireVaultInvitationResponse) -> Bool { true }
+
+    public func summary(of value: WireVaultInvitationResponse) -> String { fallback(for: value) ?? "" }
+}
+
+/// `rally.dev/vault_access:1.0`: the owner's answer — the invitation's
+/// status, why an answer was refused, and the vault key once confirmed.
+public struct VaultAccessCodec: ContentCodec {
+    public static let contentType = ContentTypeID(authority: "rally.dev", type: "vault_access", major: 1, minor: 0)
+    public var contentType: ContentTypeID { Self.contentType }
+    public init() {}
+
+    public func encode(_ value: WireVaultAccessUpdate) throws(ContentError) -> WireEncodedContent {
+        NomineeContent.encode(FrameCodec.encode(value), type: contentType, fallback: fallback(for: value))
+    }
+
+    public func decode(_ content: WireEncodedContent) throws(ContentError) -> WireVaultAccessUpdate {
+        do {
+            return try FrameCodec.decode(
+                WireVaultAccessUpdate.self, from: content.content, limit: WireLimits.maxPayloadBytes)
+        } catch {
+            throw .malformed(contentType: contentType.description, reason: error.description)
+        }
+    }
+
+    public func fallback(for value: WireVaultAccessUpdate) -> String? {
+        NomineeStatus(value.status).map { "Vault access: \($0.rawValue)" } ?? "Vault access update"
+    }
+
+    public func shouldPush(_ value: WireVaultAccessUpdate) -> Bool { true }
+
+    public func summary(of value: WireVaultAccessUpdate) -> String { fallback(for: value) ?? "" }
+}
+
+enum NomineeContent {
+    static func encode(_ bytes: Data, type: ContentTypeID, fallback: String?) -> WireEncodedContent {
+        var content = WireEncodedContent()
+        content.type = type.wire
+        content.content = bytes
+        if let fallback { content.fallback = fallback }
+        content.shouldPush = true
+        return content
+    }
+}
