@@ -64,8 +64,12 @@ struct SlowNetworkTests {
         // Random letters, so compression keeps them about 1 KiB.
         var generator = SeededGenerator(seed: 16_384)
         let letters = Array("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
+        // The first is about 3 KiB, more than the throttle's bucket holds
+        // (a tenth of a second): it is delayed however slowly the rest
+        // arrive on a busy machine.
         let sent = (0..<50).map { index in
-            "\(index) " + String((0..<1000).map { _ in letters.randomElement(using: &generator)! })
+            "\(index) "
+                + String((0..<(index == 0 ? 4000 : 1000)).map { _ in letters.randomElement(using: &generator)! })
         }
         // In batches of five (about 7 KiB on the wire, under half a second
         // of the link), each received before the next is sent: the

@@ -466,7 +466,7 @@ private final class LoopbackListener: Sendable {
         self.port = Int(UInt16(bigEndian: address.sin_port))
     }
 
-    /// Accepts one connection, with a 30 s receive timeout on it.
+    /// Accepts one connection, with a 120 s receive timeout (a safety net: a busy machine can starve a throttled transfer for tens of seconds) on it.
     func accept() throws -> Int32 {
         #if canImport(Glibc)
             let connection = Glibc.accept(fd, nil, nil)
@@ -526,11 +526,11 @@ private enum RawTCP {
     }
 
     static func setReceiveTimeout(_ fd: Int32) {
-        var timeout = timeval(tv_sec: 30, tv_usec: 0)
+        var timeout = timeval(tv_sec: 120, tv_usec: 0)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
     }
 
-    /// Connects to `port` on 127.0.0.1, with a 30 s receive timeout.
+    /// Connects to `port` on 127.0.0.1, with a 120 s receive timeout.
     static func connect(port: Int) throws -> Int32 {
         let fd = try makeSocket()
         setReceiveTimeout(fd)
