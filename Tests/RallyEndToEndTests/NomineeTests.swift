@@ -1,6 +1,7 @@
 import Foundation
 import RallyCrypto
 import RallyTestSupport
+import RallyWire
 import Testing
 
 @testable import RallyCore
@@ -255,5 +256,54 @@ struct NomineeTests {
         }
         world.homes.remove()
         world.relay.directory.remove()
+    }
+
+    @Test("a tampered invitation is dropped by the inbox; a tampered answer is refused by the owner; nothing changes")
+    func tampered() async throws {
+        let world = try await NomineeWorld.start()
+        let owner = try await world.client("owner")
+        let invitee = try await world.client("invitee")
+        let vault = try await owner.createVault(name: "Deeds")
+        let sent = try await owner.inviteNominee(to: vault.id, invitee: invitee.inboxID, name: "Ina")
+
+        // The relay (or anyone) alters a sealed invitation in transit.
+        var forged = WireVaultInvitation()
+        forged.invitationID = String(repeating: "f", count: 32)
+        forged.vaultID = vault.id
+        forged.vaultName = "Deeds (forged)"
+        forged.token = NomineeToken.random().bytes
+        forged.expiresAtMs = Int64.max
+        var body = WireMessageBody()
+        body.messageID = MessageSealing.newMessageID()
+        body.sender = owner.identity.publicIdentity.wireBundle
+        body.recipient = invitee.inboxID.rawValue
+        body.sentAtMs = 1
+        body.content = try VaultInvitationCodec().encode(forged)
+        var sealed = try MessageSealing.seal(
+            MessageSealing.sign(body, by: owner.identity), to: invitee.identity.publicIdentity)
+        sealed[sealed.count - 5] ^= 0x01
+        let connection = try await RelayConnection.connect(to: world.relay.url, identity: nil, logger: TestLogger.quiet)
+        _ = try await connection.publish(
+            topic: try .inbox(invitee.inboxID.rawValue), payload: sealed, idempotencyKey: MessageSealing.newMessageID())
+        await connection.close()
+        let report = try await invitee.syncInbox()
+        #expect(report.rejected.count == 1)
+        #expect(try await invitee.vaultInvitations().map(\.vaultName) == ["Deeds"])
+
+        // An answer whose token was altered: refused, the nominee unchanged.
+        var answer = WireVaultInvitationResponse()
+        answer.invitationID = sent.nominee.id
+        answer.token = NomineeToken.random().bytes
+        answer.decision = .accept
+        _ = try await invitee.send(answer, codec: VaultInvitationResponseCodec(), to: owner.inboxID, keepCopy: false)
+        #expect(try await owner.nominees(of: vault.id).map(\.status) == [.pending])
+        let told = try await invitee.vaultInvitations()
+        #expect(told.first?.refusal == "This is not the invitation's token; the link may be damaged.")
+        #expect(told.first?.status == .pending)
+        // The genuine answer still works.
+        _ = try await invitee.acceptVaultInvitation(sent.link)
+        #expect(try await owner.nominees(of: vault.id).map(\.status) == [.accepted])
+        await owner.disconnect()
+        await world.stop()
     }
 }
