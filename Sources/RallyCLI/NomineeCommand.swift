@@ -167,6 +167,10 @@ struct NomineeCommand: AsyncParsableCommand {
 
     static func respond(_ tokenOrLink: String, accept: Bool, options: ClientOptions) async throws {
         let client = try options.openClient()
+        try await respond(tokenOrLink, accept: accept, client: client, options: options)
+    }
+
+    static func respond(_ tokenOrLink: String, accept: Bool, client: RallyClient, options: ClientOptions) async throws {
         let response =
             accept
             ? try await client.acceptVaultInvitation(tokenOrLink) : try await client.declineVaultInvitation(tokenOrLink)

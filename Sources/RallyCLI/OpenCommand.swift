@@ -38,15 +38,15 @@ struct OpenCommand: AsyncParsableCommand {
     /// a declined link declines; any other accepts, and a link for an
     /// invitation accepted already shows where it stands.
     static func openNomineeLink(_ link: NomineeInviteLink, options: ClientOptions) async throws {
-        if link.status != .declined {
-            let client = try options.openClient()
-            let known = try await client.vaultInvitation(matching: link.token.text)
+        let client = try options.openClient()
+        if link.status != .declined, let known = try await client.vaultInvitation(matching: link.token.text),
+            known.status == .accepted || known.status == .active
+        {
             await client.disconnect()
-            if let known, known.status == .accepted || known.status == .active {
-                options.output.emit(NomineeResponse(invitation: known, link: link.url)) { NomineeCommand.human(known) }
-                return
-            }
+            options.output.emit(NomineeResponse(invitation: known, link: link.url)) { NomineeCommand.human(known) }
+            return
         }
-        try await NomineeCommand.respond(link.token.text, accept: link.status != .declined, options: options)
+        try await NomineeCommand.respond(
+            link.token.text, accept: link.status != .declined, client: client, options: options)
     }
 }

@@ -64,14 +64,8 @@ enum HTTPEndpoints {
         -> WirePublishAck
     {
         let body = try await readBody(request, limit: WireLimits.maxFrameBytes)
-        let publish: WirePublish
-        do {
-            publish = try FrameCodec.decode(WirePublish.self, from: body, limit: WireLimits.maxFrameBytes)
-        } catch {
-            switch error {
-            case .tooLarge: throw RelayFailure(.frameTooLarge, error.description)
-            case .empty, .malformed: throw RelayFailure(.malformedFrame, error.description)
-            }
+        let publish = try decode(body) { data throws(FrameDecodingError) in
+            try FrameCodec.decode(WirePublish.self, from: data, limit: WireLimits.maxFrameBytes)
         }
         let topic = try services.validateTopic(publish.topic, forCapability: true)
         var accessKey: Data?
@@ -218,21 +212,31 @@ enum HTTPEndpoints {
         return verified.key
     }
 
+    /// The identity whose `Authorization` signs this request (bound to its
+    /// method, path, query and body, used once); `what` says, in the
+    /// refusal of a request without one, what needs it.
+    static func authenticate(
+        _ request: Request, body: Data, topic: String, services: RelayServices, what: String
+    ) throws(RelayFailure) -> InboxID {
+        guard let header = request.headers[.authorization] else {
+            throw RelayFailure(.notAuthenticated, "\(what) needs an Authorization header", topic: topic)
+        }
+        let now = services.clock.now
+        let (signer, verified) = try verifyBound(request, body: body, services: services, topic: topic) {
+            binding throws(RallyCryptoError) in
+            try HTTPAuthorization.verify(header: header, binding: binding, now: now)
+        }
+        try services.rememberNonce(verified, topic: topic)
+        return signer
+    }
+
     private static func authorizeInboxRead(
         _ request: Request, topic: TopicName, services: RelayServices
     )
         throws(RelayFailure)
     {
-        guard let header = request.headers[.authorization] else {
-            throw RelayFailure(
-                .notAuthenticated, "reading an inbox needs an Authorization header", topic: topic.rawValue)
-        }
-        let now = services.clock.now
-        let (reader, verified) = try verifyBound(request, body: Data(), services: services, topic: topic.rawValue) {
-            binding throws(RallyCryptoError) in
-            try HTTPAuthorization.verify(header: header, binding: binding, now: now)
-        }
-        try services.rememberNonce(verified, topic: topic.rawValue)
+        let reader = try authenticate(
+            request, body: Data(), topic: topic.rawValue, services: services, what: "reading an inbox")
         guard reader.rawValue == topic.id else {
             throw RelayFailure(.forbidden, "only its owner may read an inbox", topic: topic.rawValue)
         }
@@ -264,7 +268,14 @@ enum HTTPEndpoints {
     private static func decodeBody<M>(
         _ request: Request, limit: Int, _ decode: (Data) throws(FrameDecodingError) -> M
     ) async throws(RelayFailure) -> M {
-        let body = try await readBody(request, limit: limit)
+        try Self.decode(try await readBody(request, limit: limit), decode)
+    }
+
+    /// Decodes a body read already, a decoding failure as the relay's
+    /// refusal.
+    static func decode<M>(
+        _ body: Data, _ decode: (Data) throws(FrameDecodingError) -> M
+    ) throws(RelayFailure) -> M {
         do {
             return try decode(body)
         } catch {

@@ -29,7 +29,7 @@ struct VaultEntryTests {
         let payload = try VaultEntries.seal(entry(), owner: owner, vaultKey: key)
         let opened = try VaultEntries.open(payload, vaultID: vaultID, vaultKey: key, ownerSigningKey: ownerKey)
         #expect(opened == entry())
-        #expect(try VaultEntries.epoch(of: payload) == 0)
+        #expect(try VaultEntries.sealed(payload).epoch == 0)
     }
 
     @Test("an entry signed by anyone but the owner is refused")
@@ -85,7 +85,7 @@ struct VaultEntryTests {
             }
         }
         let oversized = Data(count: WireLimits.maxPayloadBytes + 1)
-        #expect(throws: VaultClientError.self) { try VaultEntries.epoch(of: oversized) }
+        #expect(throws: VaultClientError.self) { try VaultEntries.sealed(oversized) }
     }
 
     @Test("names: trimmed, not empty, no control characters, at most 255 bytes")

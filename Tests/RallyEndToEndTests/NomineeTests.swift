@@ -306,4 +306,49 @@ struct NomineeTests {
         await owner.disconnect()
         await world.stop()
     }
+
+    @Test(
+        "a nominee who writes into the vault's topic (they hold its key) neither adds a document nor blocks the owner")
+    func nomineeCannotWrite() async throws {
+        let world = try await NomineeWorld.start()
+        let owner = try await world.client("owner")
+        let nominee = try await world.client("nominee")
+        let vault = try await owner.createVault(name: "Deeds")
+        let sent = try await owner.inviteNominee(to: vault.id, invitee: nominee.inboxID, name: "Nia")
+        _ = try await nominee.acceptVaultInvitation(sent.link)
+        _ = try await owner.confirmNominee("Nia", of: vault.id)
+        #expect(try await nominee.documents(in: vault.id).isEmpty)
+
+        // The nominee's own key to the topic, and a document entry in the
+        // owner's format, signed by the nominee, as a plain and as a
+        // control entry.
+        let key = try nominee.vaults.key(vault.id, epoch: 0)
+        let access = try TopicAccess(secret: TopicAccess.secret(fromEpochKey: key))
+        var document = WireVaultDocument()
+        document.documentID = "forged"
+        document.name = "forged.txt"
+        var entry = WireVaultEntry()
+        entry.vaultID = vault.id
+        entry.body = .documentAdded(document)
+        let payload = try VaultEntries.seal(entry, owner: nominee.identity, vaultKey: key)
+        let connection = try await RelayConnection.connect(
+            to: world.relay.url, identity: nominee.identity, logger: TestLogger.quiet)
+        let topic = try TopicName.group(vault.id)
+        // A control entry right after the owner's first, then a plain one:
+        // the owner's cursor is then past the last control entry.
+        for control in [true, false] {
+            _ = try await connection.publish(
+                topic: topic, payload: payload, idempotencyKey: MessageSealing.newMessageID(), shouldPush: false,
+                expiresAt: nil, access: access, control: control, expectedControlSeq: control ? 1 : 0,
+                rotateAccessKey: nil)
+        }
+        await connection.close()
+
+        // The owner still writes, and both read only the owner's document.
+        _ = try await owner.addDocument(to: vault.id, file: try world.file("real.txt", "real"))
+        #expect(try await owner.documents(in: vault.id).map(\.name) == ["real.txt"])
+        #expect(try await nominee.documents(in: vault.id).map(\.name) == ["real.txt"])
+        await owner.disconnect()
+        await world.stop()
+    }
 }

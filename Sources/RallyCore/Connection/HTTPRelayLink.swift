@@ -708,7 +708,7 @@ extension Duration {
         return max(0, attoseconds > 0 ? seconds + 1 : seconds)
     }
 
-    fileprivate var timeInterval: TimeInterval {
+    var timeInterval: TimeInterval {
         let (seconds, attoseconds) = components
         return Double(seconds) + Double(attoseconds) / 1e18
     }

@@ -56,8 +56,12 @@ struct DocumentTransfer: Sendable {
         var next: Int64 = 0
         /// Continues after the relay's copy: `received` is always a whole
         /// number of segments, since the relay stores whole appends only.
+        /// Hashing again from the start is the rare case (an upload an
+        /// earlier run began); a lost answer costs nothing here.
         func resume(at received: Int64) throws(RallyClientError) {
-            next = min(segments, received / sealedSegment)
+            let target = min(segments, received / sealedSegment)
+            guard target != next else { return }
+            next = target
             hasher = SHA256()
             for index in 0..<next { hasher.update(data: try sealed(index)) }
         }
@@ -70,26 +74,37 @@ struct DocumentTransfer: Sendable {
         while next < segments {
             let bytes = try sealed(next)
             let offset = next * sealedSegment
-            do {
-                _ = try await blobs.append(blobID, offset: offset, bytes: bytes)
+            /// This segment is stored: on to the next.
+            func stored() {
                 hasher.update(data: bytes)
                 next += 1
-                failures = 0
                 progress(TransferProgress(bytesDone: min(sealedSize, next * sealedSegment), bytesTotal: sealedSize))
+            }
+            do {
+                _ = try await blobs.append(blobID, offset: offset, bytes: bytes)
+                failures = 0
+                stored()
             } catch {
-                if case .conflict(_, let received) = error {
-                    try resume(at: Int64(received))
-                    continue
+                var received: Int64?
+                if case .conflict(_, let held) = error {
+                    received = Int64(held)
+                } else {
+                    guard error.isTransient else { throw .relay(error) }
+                    failures += 1
+                    guard failures < Self.attemptsPerSegment else {
+                        throw .vault(.transferFailed("segment \(next) failed \(failures) times: \(error)"))
+                    }
+                    await pause(failures)
+                    // The append may have been stored before the answer
+                    // was lost: continue from what the relay holds.
+                    received = (try? await blobs.status(blobID)).map { Int64($0.received) }
                 }
-                guard error.isTransient else { throw .relay(error) }
-                failures += 1
-                guard failures < Self.attemptsPerSegment else {
-                    throw .vault(.transferFailed("segment \(next) failed \(failures) times: \(error)"))
+                guard let received else { continue }
+                if received == offset + Int64(bytes.count) {
+                    stored()
+                } else {
+                    try resume(at: received)
                 }
-                await pause(failures)
-                // The append may have been stored before the answer was
-                // lost: continue from what the relay holds.
-                if let status = try? await blobs.status(blobID) { try resume(at: Int64(status.received)) }
             }
         }
         let digest = Data(hasher.finalize())

@@ -34,11 +34,12 @@ struct NomineeService: Sendable {
         let email = try email.map { value throws(RallyClientError) in try Self.contact(value, what: "email") }
         guard lifetime > .zero else { throw .vault(.invalidName("an invitation must expire in the future")) }
         let token = NomineeToken.random()
-        let now = ClientClock.millis(context.clock.now())
+        let nowDate = context.clock.now()
+        let now = ClientClock.millis(nowDate)
         let record = NomineeRecord(
-            id: VaultService.hex(Randomness.bytes(16)), vaultID: vault.id, name: name, phone: phone, email: email,
+            id: Randomness.bytes(16).hexString, vaultID: vault.id, name: name, phone: phone, email: email,
             inbox: invitee.rawValue, tokenHash: token.hash, status: NomineeStatus.pending.rawValue, createdAtMs: now,
-            expiresAtMs: now + Self.millis(lifetime), updatedAtMs: now)
+            expiresAtMs: ClientClock.millis(nowDate.addingTimeInterval(lifetime.timeInterval)), updatedAtMs: now)
         var invitation = WireVaultInvitation()
         invitation.invitationID = record.id
         invitation.vaultID = vault.id
@@ -425,10 +426,6 @@ struct NomineeService: Sendable {
         } catch {
             throw .vault(.invitationRefused(error.description))
         }
-    }
-
-    static func millis(_ duration: Duration) -> Int64 {
-        duration.components.seconds * 1000 + duration.components.attoseconds / 1_000_000_000_000_000
     }
 
     static func inbox(_ text: String) throws(RallyClientError) -> InboxID {

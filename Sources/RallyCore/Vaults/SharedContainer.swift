@@ -197,20 +197,16 @@ public struct SharedContainer: Sendable {
 
     private static var lastError: String { String(cString: strerror(errno)) }
 
-    /// Makes the directory exist: created owner-only (0700) when missing.
+    /// Makes the directory exist owner-only (0700), as the home's own
+    /// directories are (``OwnerOnly``).
     private func prepareDirectory() throws(SharedContainerError) {
-        let path = directory.path
-        var info = stat()
-        if stat(path, &info) == 0 {
-            guard info.st_mode & S_IFMT == S_IFDIR else { throw .unavailable(path: path, reason: "not a directory") }
-            return
-        }
-        guard errno == ENOENT else { throw .unavailable(path: path, reason: Self.lastError) }
         do {
-            try FileManager.default.createDirectory(
-                at: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+            try OwnerOnly.prepareDirectory(directory)
         } catch {
-            throw .unavailable(path: path, reason: "cannot create the directory: \(error)")
+            switch error {
+            case .unavailable(let path, let reason): throw .unavailable(path: path, reason: reason)
+            default: throw .unavailable(path: directory.path, reason: error.description)
+            }
         }
     }
 

@@ -41,27 +41,25 @@ enum VaultEntries {
         return FrameCodec.encode(sealed)
     }
 
-    /// The epoch a payload says it is sealed under, to find its key.
-    static func epoch(of payload: Data) throws(VaultClientError) -> UInt64 {
+    /// A payload as the relay stores it; its epoch names the key that
+    /// opens it.
+    static func sealed(_ payload: Data) throws(VaultClientError) -> WireSealedVaultEntry {
         do {
             return try FrameCodec.decode(WireSealedVaultEntry.self, from: payload, limit: WireLimits.maxPayloadBytes)
-                .epoch
         } catch {
             throw .invalidEntry("not a sealed vault entry (\(error))")
         }
     }
 
-    /// Opens and checks one payload: the key of its epoch opens it, the
-    /// owner signed it, it names this vault and the epoch it was sealed
+    /// Opens and checks one sealed entry: the key of its epoch opens it,
+    /// the owner signed it, it names this vault and the epoch it was sealed
     /// under.
     static func open(
-        _ payload: Data, vaultID: String, vaultKey: SymmetricKey, ownerSigningKey: Data
+        _ sealed: WireSealedVaultEntry, vaultID: String, vaultKey: SymmetricKey, ownerSigningKey: Data
     ) throws(VaultClientError) -> WireVaultEntry {
-        let sealed: WireSealedVaultEntry
         let signed: WireSignedVaultEntry
         let entry: WireVaultEntry
         do {
-            sealed = try FrameCodec.decode(WireSealedVaultEntry.self, from: payload, limit: WireLimits.maxPayloadBytes)
             let opened = try VaultSealing.openEntry(
                 sealed.ciphertext, vaultKey: vaultKey, vaultID: vaultID, epoch: sealed.epoch)
             signed = try FrameCodec.decode(WireSignedVaultEntry.self, from: opened, limit: WireLimits.maxPayloadBytes)
@@ -79,6 +77,13 @@ enum VaultEntries {
             throw .invalidEntry("it belongs to another vault or epoch")
         }
         return entry
+    }
+
+    /// ``sealed(_:)`` then ``open(_:vaultID:vaultKey:ownerSigningKey:)``.
+    static func open(
+        _ payload: Data, vaultID: String, vaultKey: SymmetricKey, ownerSigningKey: Data
+    ) throws(VaultClientError) -> WireVaultEntry {
+        try open(sealed(payload), vaultID: vaultID, vaultKey: vaultKey, ownerSigningKey: ownerSigningKey)
     }
 
     /// A document's description as its entry stores it.

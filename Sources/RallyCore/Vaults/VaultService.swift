@@ -38,6 +38,7 @@ struct VaultService: Sendable {
         } catch {
             // Nothing reached the relay: the vault does not exist.
             _ = try? context.store.write { db in try VaultRecord.deleteOne(db, key: record.id) }
+            try? context.store.removeSecret(.vaultKey(vault: record.id, epoch: 0))
             throw error
         }
         return try summary(record.id)
@@ -81,8 +82,8 @@ struct VaultService: Sendable {
             try VaultEntries.validName(rawName ?? file.lastPathComponent)
         }
         let documentKey = DocumentCipher.newKey()
-        let documentID = Self.hex(Randomness.bytes(16))
-        let blobID = Self.hex(Randomness.bytes(32))
+        let documentID = Randomness.bytes(16).hexString
+        let blobID = Randomness.bytes(32).hexString
         let uploaded = try await withBlobs { transfer throws(RallyClientError) in
             try await transfer.upload(file: file, key: documentKey, blobID: blobID, progress: progress)
         }
@@ -263,6 +264,10 @@ struct VaultService: Sendable {
         _ body: (VaultRecord, SymmetricKey) throws(RallyClientError) -> WireVaultEntry.OneOf_Body
     ) async throws(RallyClientError) {
         var lastConflict = RelayClientError.conflict(topic: "", lastControlSeq: 0)
+        // The last control entry: the cursor, unless someone holding the
+        // topic's key (a nominee) wrote plain entries after it, which the
+        // relay's CONFLICT then names.
+        var lastControlSeq: UInt64?
         for _ in 1...Self.publishAttempts {
             try await sync(vaultID)
             guard let vault = try context.stored({ () throws(LocalStoreError) in try context.store.vault(id: vaultID) })
@@ -278,20 +283,29 @@ struct VaultService: Sendable {
                 try VaultEntries.seal(entry, owner: context.identity, vaultKey: vaultKey)
             }
             let access = try self.access(vaultID)
-            let expected = try context.stored { () throws(LocalStoreError) in try context.store.cursor(for: vault.topic)
-            }
+            let cursor = try context.stored { () throws(LocalStoreError) in try context.store.cursor(for: vault.topic) }
+            let expected = lastControlSeq ?? cursor
             let idempotencyKey = Randomness.bytes(16)
             do {
-                _ = try await context.withRetries("publishing a vault entry") { link throws(RelayClientError) in
+                let ack = try await context.withRetries("publishing a vault entry") { link throws(RelayClientError) in
                     try await link.publish(
                         topic: vault.topic, payload: payload, idempotencyKey: idempotencyKey, shouldPush: false,
                         expiresAt: nil, access: access, control: true, expectedControlSeq: expected,
                         rotateAccessKey: rotation?.access.publicKey)
                 }
-                try await sync(vaultID)
+                // Applied here rather than read back: anything the relay
+                // put between the cursor and this entry is not a control
+                // entry, so not the owner's, and would be skipped anyway.
+                var stored = WireEnvelope()
+                stored.topic = vault.topic.rawValue
+                stored.seq = ack.seq
+                stored.payload = payload
+                stored.control = true
+                try apply(stored, vaultID: vaultID)
                 return
             } catch .relay(.conflict(let topic, let seq)) {
                 lastConflict = .conflict(topic: topic, lastControlSeq: seq)
+                lastControlSeq = seq
             }
         }
         throw .relay(lastConflict)
@@ -302,11 +316,14 @@ struct VaultService: Sendable {
         guard let vault = try context.stored({ () throws(LocalStoreError) in try context.store.vault(id: vaultID) })
         else { return }
         var entry: WireVaultEntry?
-        if let epoch = try? VaultEntries.epoch(of: envelope.payload) {
+        // Only the owner writes, always as control entries: a plain entry
+        // (a nominee holds the topic's key too) is skipped unread.
+        if envelope.control, let sealed = try? VaultEntries.sealed(envelope.payload) {
+            let epoch = sealed.epoch
             if let key = try? key(vaultID, epoch: Int64(clamping: epoch)) {
                 do {
                     entry = try VaultEntries.open(
-                        envelope.payload, vaultID: vaultID, vaultKey: key, ownerSigningKey: vault.ownerSigningKey)
+                        sealed, vaultID: vaultID, vaultKey: key, ownerSigningKey: vault.ownerSigningKey)
                 } catch {
                     context.logger.warning("vault \(vaultID) seq \(envelope.seq): \(error)")
                 }
@@ -416,8 +433,6 @@ struct VaultService: Sendable {
         }
         return summary
     }
-
-    static func hex(_ bytes: Data) -> String { bytes.map { String(format: "%02x", $0) }.joined() }
 }
 
 private func vaultError<T>(_ body: () throws(VaultClientError) -> T) throws(RallyClientError) -> T {

@@ -21,7 +21,9 @@ enum BlobEndpoints {
                 let body = try await HTTPEndpoints.readBody(request, limit: maxControlBodyBytes)
                 let owner = try authorize(request, body: body, id: id, services: services)
                 try services.checkPublishRate(ip: context.remoteIP, identity: owner, topic: topic(id))
-                let create: WireBlobCreate = try decode(body)
+                let create = try HTTPEndpoints.decode(body) { data throws(FrameDecodingError) in
+                    try FrameCodec.decode(WireBlobCreate.self, from: data, limit: maxControlBodyBytes)
+                }
                 guard create.size > 0 else { throw RelayFailure(.invalidRequest, "a blob has at least one byte") }
                 guard create.size <= UInt64(services.limits.maxBlobBytes) else {
                     throw RelayFailure(
@@ -65,7 +67,9 @@ enum BlobEndpoints {
                 let id = try blobID(context)
                 let body = try await HTTPEndpoints.readBody(request, limit: maxControlBodyBytes)
                 let owner = try authorize(request, body: body, id: id, services: services)
-                let complete: WireBlobComplete = try decode(body)
+                let complete = try HTTPEndpoints.decode(body) { data throws(FrameDecodingError) in
+                    try FrameCodec.decode(WireBlobComplete.self, from: data, limit: maxControlBodyBytes)
+                }
                 guard complete.sha256.count == 32 else {
                     throw RelayFailure(.invalidRequest, "a SHA-256 is 32 bytes", topic: topic(id))
                 }
@@ -131,33 +135,8 @@ enum BlobEndpoints {
     private static func authorize(
         _ request: Request, body: Data, id: BlobID, services: RelayServices
     ) throws(RelayFailure) -> InboxID {
-        guard let header = request.headers[.authorization] else {
-            throw RelayFailure(.notAuthenticated, "writing a blob needs an Authorization header", topic: topic(id))
-        }
-        let now = services.clock.now
-        let (writer, verified) = try HTTPEndpoints.verifyBound(
-            request, body: body, services: services, topic: topic(id)
-        ) { binding throws(RallyCryptoError) in
-            try HTTPAuthorization.verify(header: header, binding: binding, now: now)
-        }
-        try services.rememberNonce(verified, topic: topic(id))
-        return writer
-    }
-
-    private static func decode(_ body: Data) throws(RelayFailure) -> WireBlobCreate {
-        do {
-            return try FrameCodec.decode(WireBlobCreate.self, from: body, limit: maxControlBodyBytes)
-        } catch {
-            throw RelayFailure(.malformedFrame, error.description)
-        }
-    }
-
-    private static func decode(_ body: Data) throws(RelayFailure) -> WireBlobComplete {
-        do {
-            return try FrameCodec.decode(WireBlobComplete.self, from: body, limit: maxControlBodyBytes)
-        } catch {
-            throw RelayFailure(.malformedFrame, error.description)
-        }
+        try HTTPEndpoints.authenticate(
+            request, body: body, topic: topic(id), services: services, what: "writing a blob")
     }
 
     /// Runs a store call; a store error is logged and answered INTERNAL.
