@@ -87,7 +87,7 @@ struct VaultBench: AsyncParsableCommand {
     /// Writes `bytes` of data and fsyncs, returning the seconds it took:
     /// the disk's speed as the client's files see it.
     static func writeFile(_ url: URL, bytes: Int) throws -> Double {
-        FileManager.default.createFile(atPath: url.path, contents: nil)
+        _ = FileManager.default.createFile(atPath: url.path, contents: nil)
         let handle = try FileHandle(forWritingTo: url)
         var chunk = Data(count: 1 << 20)
         chunk.withUnsafeMutableBytes { buffer in

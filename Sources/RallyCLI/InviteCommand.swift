@@ -48,7 +48,7 @@ struct InviteCommand: AsyncParsableCommand {
             if let expires { _ = try Self.duration(expires) }
         }
 
-        static func duration(_ text: String) throws -> TimeInterval {
+        static func duration(_ text: String, option: String = "--expires") throws -> TimeInterval {
             let units: [Character: Double] = ["s": 1, "m": 60, "h": 3600, "d": 86_400]
             let trimmed = text.trimmingCharacters(in: .whitespaces).lowercased()
             var number = trimmed
@@ -58,7 +58,7 @@ struct InviteCommand: AsyncParsableCommand {
                 scale = unit
             }
             guard let value = Double(number), value > 0, value.isFinite else {
-                throw ValidationError("--expires takes a duration like 30m, 12h or 7d, not \"\(text)\"")
+                throw ValidationError("\(option) takes a duration like 30m, 12h or 7d, not \"\(text)\"")
             }
             return value * scale
         }
@@ -71,7 +71,7 @@ struct InviteCommand: AsyncParsableCommand {
             let created = try await client.createInvite(
                 in: group,
                 options: InviteOptions(
-                    expiresIn: try expires.map(Self.duration), singleUse: singleUse, maxUses: maxUses ?? 0,
+                    expiresIn: try expires.map { try Self.duration($0) }, singleUse: singleUse, maxUses: maxUses ?? 0,
                     role: grantedRole, name: name))
             await client.disconnect()
             var code: QRCode?

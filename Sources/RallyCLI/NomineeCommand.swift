@@ -11,6 +11,7 @@ struct NomineeCommand: AsyncParsableCommand {
             "The owner invites (an interactive \"🔐 Vault Invitation\" message with a single-use token bound to the invitee), the invitee accepts or declines, the owner confirms (the vault key is sealed to the nominee) or revokes (the token dies and the vault moves to a new key).",
         subcommands: [
             Invite.self, List.self, Confirm.self, Revoke.self, Invitations.self, Accept.self, Decline.self,
+            EmergencyCommand.self,
         ])
 
     struct Invite: AsyncParsableCommand {
@@ -27,6 +28,11 @@ struct NomineeCommand: AsyncParsableCommand {
         @Option(help: "The invitee's phone number.") var phone: String?
         @Option(help: "The invitee's email address.") var email: String?
         @Option(help: "Expire after a duration: 30m, 12h, 7d, or seconds (default 7d).") var expires: String?
+        @Option(
+            help:
+                "Give emergency access instead of the key: once confirmed, the nominee may ask, and gets the vault after this wait (1m to 90d) unless you reject."
+        )
+        var emergencyWait: String?
         @Option(name: .customLong("app-id"), help: "The app id of the shared container's suite, group.<app id>.")
         var appID = SharedContainer.defaultAppID
 
@@ -38,6 +44,9 @@ struct NomineeCommand: AsyncParsableCommand {
                 throw ValidationError(error.description)
             }
             let lifetime = try expires.map { Duration.seconds(try InviteCommand.Create.duration($0)) }
+            let wait = try emergencyWait.map {
+                Duration.seconds(try InviteCommand.Create.duration($0, option: "--emergency-wait"))
+            }
             let client = try options.openClient()
             let target: String
             if let vault {
@@ -47,11 +56,11 @@ struct NomineeCommand: AsyncParsableCommand {
             }
             let sent = try await client.inviteNominee(
                 to: target, invitee: invitee, name: name, phone: phone, email: email,
-                lifetime: lifetime ?? RallyClient.nomineeInvitationLifetime)
+                lifetime: lifetime ?? RallyClient.nomineeInvitationLifetime, emergencyWait: wait)
             await client.disconnect()
             options.output.emit(sent) {
                 """
-                invited \(sent.nominee.name.terminalSafe) to the vault: 🔐 Vault Invitation sent to \(sent.nominee.inbox) (pending, expires \(ISO8601DateFormatter.rally.string(from: sent.nominee.expiresAt)))
+                invited \(sent.nominee.name.terminalSafe) to the vault: 🔐 Vault Invitation sent to \(sent.nominee.inbox) (pending, expires \(ISO8601DateFormatter.rally.string(from: sent.nominee.expiresAt)))\(EmergencyCommand.offer(sent.nominee.emergencyAccess))
                 link (works only for them): \(sent.link)
                 """
             }
@@ -85,8 +94,11 @@ struct NomineeCommand: AsyncParsableCommand {
             await client.disconnect()
             options.output.emit(nominees) {
                 guard !nominees.isEmpty else { return "no nominees: invite one with `rally nominee invite`" }
-                return nominees.map { "\($0.name.terminalSafe)  \($0.status.rawValue)  \($0.inbox)  \($0.id)" }
-                    .joined(separator: "\n")
+                return nominees.map {
+                    "\($0.name.terminalSafe)  \($0.status.rawValue)  \($0.inbox)  \($0.id)"
+                        + EmergencyCommand.ownerNote($0.emergencyAccess)
+                }
+                .joined(separator: "\n")
             }
         }
     }
@@ -104,7 +116,11 @@ struct NomineeCommand: AsyncParsableCommand {
             let confirmed = try await client.confirmNominee(nominee, of: vault)
             await client.disconnect()
             options.output.emit(confirmed) {
-                "\(confirmed.name.terminalSafe) is active: they can read the vault's documents"
+                if let emergency = confirmed.emergencyAccess {
+                    return
+                        "\(confirmed.name.terminalSafe) is active with emergency access: they may ask for the vault and get it \(EmergencyCommand.wait(emergency.waitMs)) later unless you reject (`rally nominee emergency reject`)"
+                }
+                return "\(confirmed.name.terminalSafe) is active: they can read the vault's documents"
             }
         }
     }
@@ -187,6 +203,12 @@ struct NomineeCommand: AsyncParsableCommand {
         var line =
             "\(invitation.title) \"\(invitation.vaultName.terminalSafe)\" from \(invitation.ownerName.terminalSafe) (\(invitation.ownerInbox)): \(invitation.status.rawValue)"
         if let refusal = invitation.refusal { line += " — \(refusal.terminalSafe)" }
+        if let emergency = invitation.emergencyAccess {
+            line +=
+                emergency.escrowCreated
+                ? " (emergency access: `rally nominee emergency request \(invitation.vaultName.terminalSafe)`, granted \(EmergencyCommand.wait(emergency.waitMs)) after asking unless the owner rejects)"
+                : " (emergency access after a wait of \(EmergencyCommand.wait(emergency.waitMs)))"
+        }
         return line
     }
 }

@@ -44,6 +44,12 @@ struct RelayCommand: AsyncParsableCommand {
     @Option(help: "Blob uploads one identity may have unfinished.")
     var maxUnfinishedBlobs = D.maxUnfinishedBlobsPerIdentity
     @Option(help: "Hours an unfinished blob upload is kept.") var unfinishedBlobHours = 24
+    @Option(help: "Emergency-access escrows one identity may keep.") var maxEscrows = D.maxEscrowsPerIdentity
+    @Option(help: "Largest sealed grant an escrow keeps, in bytes.") var maxSealedGrantBytes = D.maxSealedGrantBytes
+    @Option(help: "Shortest wait of an escrow, in seconds.")
+    var minEscrowWaitSeconds = D.minEscrowWait.components.seconds
+    @Option(help: "Longest wait of an escrow, in days.")
+    var maxEscrowWaitDays = D.maxEscrowWait.components.seconds / 86_400
     @Option(help: "Publishes per second allowed on one connection.")
     var publishRatePerConnection = RelayLimits.default.publishRatePerSecond
     @Option(help: "Publish burst allowed on one connection.") var publishBurstPerConnection = RelayLimits.default
@@ -65,7 +71,9 @@ struct RelayCommand: AsyncParsableCommand {
         }
         guard idleTimeoutSeconds > 0, maxConnections > 0, maxConnectionsPerIp > 0, inboxRetentionDays >= 0,
             maxInboxBytes >= 0, maxTopicBytes >= 0, maxWriteQueueBytes > 0, backlogPageBytes > 0, maxBlobBytes > 0,
-            maxBlobChunkBytes > 0, blobQuotaBytes > 0, maxUnfinishedBlobs > 0, unfinishedBlobHours > 0
+            maxBlobChunkBytes > 0, blobQuotaBytes > 0, maxUnfinishedBlobs > 0, unfinishedBlobHours > 0,
+            maxEscrows > 0, maxSealedGrantBytes > 0, minEscrowWaitSeconds > 0,
+            maxEscrowWaitDays * 86_400 >= minEscrowWaitSeconds
         else { throw ValidationError("limits must be positive (byte quotas and retention may be 0: none)") }
         var limits = RelayLimits.default
         limits.publishRatePerSecondPerIP = publishRatePerIp
@@ -87,6 +95,10 @@ struct RelayCommand: AsyncParsableCommand {
         limits.blobQuotaBytesPerIdentity = blobQuotaBytes
         limits.maxUnfinishedBlobsPerIdentity = maxUnfinishedBlobs
         limits.unfinishedBlobLifetime = .seconds(unfinishedBlobHours * 3600)
+        limits.maxEscrowsPerIdentity = maxEscrows
+        limits.maxSealedGrantBytes = maxSealedGrantBytes
+        limits.minEscrowWait = .seconds(minEscrowWaitSeconds)
+        limits.maxEscrowWait = .seconds(maxEscrowWaitDays * 86_400)
         let configuration = RelayConfiguration(
             host: host, port: port, dataDirectory: URL(fileURLWithPath: data), limits: limits,
             publicURL: publicURLValue)

@@ -199,16 +199,25 @@ enum HTTPEndpoints {
     private static func verifyTopicProof(
         _ request: Request, body: Data, topic: TopicName, services: RelayServices
     ) throws(RelayFailure) -> Data {
+        try verifyTopicProof(request, body: body, topic: topic.rawValue, services: services, what: "this topic")
+    }
+
+    /// Checks `Rally-Topic-Proof` on a request about `topic` (a topic name,
+    /// or `escrow/<id>`, whose keys are capabilities too) and returns its
+    /// verified key; the caller checks the key. `what` names, in the refusal
+    /// of a request without one, what needs it.
+    static func verifyTopicProof(
+        _ request: Request, body: Data, topic: String, services: RelayServices, what: String
+    ) throws(RelayFailure) -> Data {
         guard let header = request.headers[topicProofField] else {
-            throw RelayFailure(
-                .forbidden, "this topic needs a \(HTTPAuthorization.topicProofHeader) header", topic: topic.rawValue)
+            throw RelayFailure(.forbidden, "\(what) needs a \(HTTPAuthorization.topicProofHeader) header", topic: topic)
         }
         let now = services.clock.now
-        let verified = try verifyBound(request, body: body, services: services, topic: topic.rawValue) {
+        let verified = try verifyBound(request, body: body, services: services, topic: topic) {
             binding throws(RallyCryptoError) in
             try HTTPAuthorization.verifyTopicProof(header: header, binding: binding, now: now)
         }
-        try services.rememberNonce(verified, topic: topic.rawValue)
+        try services.rememberNonce(verified, topic: topic)
         return verified.key
     }
 

@@ -126,6 +126,14 @@ public struct RelayLimits: Sendable, Equatable {
     public var maxUnfinishedBlobsPerIdentity: Int
     /// An upload not finished within this time is deleted.
     public var unfinishedBlobLifetime: Duration
+    /// Escrows one identity may have created (and not deleted).
+    public var maxEscrowsPerIdentity: Int
+    /// Largest sealed grant an escrow keeps.
+    public var maxSealedGrantBytes: Int
+    /// Shortest and longest wait an escrow may have between a request and
+    /// its release.
+    public var minEscrowWait: Duration
+    public var maxEscrowWait: Duration
 
     public init(
         publishRatePerSecond: Double = 200,
@@ -158,8 +166,16 @@ public struct RelayLimits: Sendable, Equatable {
         maxBlobChunkBytes: Int = Defaults.maxBlobChunkBytes,
         blobQuotaBytesPerIdentity: Int64 = Defaults.blobQuotaBytesPerIdentity,
         maxUnfinishedBlobsPerIdentity: Int = Defaults.maxUnfinishedBlobsPerIdentity,
-        unfinishedBlobLifetime: Duration = Defaults.unfinishedBlobLifetime
+        unfinishedBlobLifetime: Duration = Defaults.unfinishedBlobLifetime,
+        maxEscrowsPerIdentity: Int = Defaults.maxEscrowsPerIdentity,
+        maxSealedGrantBytes: Int = Defaults.maxSealedGrantBytes,
+        minEscrowWait: Duration = Defaults.minEscrowWait,
+        maxEscrowWait: Duration = Defaults.maxEscrowWait
     ) {
+        self.maxEscrowsPerIdentity = maxEscrowsPerIdentity
+        self.maxSealedGrantBytes = maxSealedGrantBytes
+        self.minEscrowWait = minEscrowWait
+        self.maxEscrowWait = maxEscrowWait
         self.maxBlobBytes = maxBlobBytes
         self.maxBlobChunkBytes = maxBlobChunkBytes
         self.blobQuotaBytesPerIdentity = blobQuotaBytesPerIdentity
@@ -217,6 +233,10 @@ public struct RelayLimits: Sendable, Equatable {
         public static let blobQuotaBytesPerIdentity: Int64 = 4 << 30
         public static let maxUnfinishedBlobsPerIdentity = 16
         public static let unfinishedBlobLifetime: Duration = .seconds(86_400)
+        public static let maxEscrowsPerIdentity = 1024
+        public static let maxSealedGrantBytes = 8 << 10
+        public static let minEscrowWait: Duration = .seconds(60)
+        public static let maxEscrowWait: Duration = .seconds(90 * 86_400)
     }
 
     var authTimeoutMilliseconds: UInt32 { UInt32(clamping: authTimeout.milliseconds) }

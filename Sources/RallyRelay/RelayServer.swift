@@ -19,9 +19,10 @@ public final class RelayServer: Service, Sendable {
         self.logger = logger
         let store = try SQLiteRelayStore(url: configuration.storeURL)
         let blobs = try FileBlobStore(dataDirectory: configuration.dataDirectory)
+        let escrows = try SQLiteEscrowStore(dataDirectory: configuration.dataDirectory)
         services = RelayServices(
-            store: store, blobs: blobs, clock: clock, limits: configuration.limits, metrics: RelayMetrics(),
-            logger: logger,
+            store: store, blobs: blobs, escrows: escrows, clock: clock, limits: configuration.limits,
+            metrics: RelayMetrics(), logger: logger,
             origins: configuration.origins(boundPort: configuration.port))
     }
 
@@ -35,6 +36,7 @@ public final class RelayServer: Service, Sendable {
         let router = Router(context: RelayRequestContext.self)
         HTTPEndpoints.addRoutes(to: router, services: services)
         BlobEndpoints.addRoutes(to: router, services: services)
+        EscrowEndpoints.addRoutes(to: router, services: services)
         let webSocketRouter = Router(context: RelayRequestContext.self)
         WebSocketEndpoint.addRoute(to: webSocketRouter, services: services)
         let listening = listening
@@ -87,6 +89,12 @@ public final class RelayServer: Service, Sendable {
             try await services.blobs.close()
         } catch {
             logger.error("closing the blob store failed", metadata: ["error": "\(error)"])
+            if failure == nil { failure = error }
+        }
+        do {
+            try await services.escrows.close()
+        } catch {
+            logger.error("closing the escrow store failed", metadata: ["error": "\(error)"])
             if failure == nil { failure = error }
         }
         if let failure { throw failure }

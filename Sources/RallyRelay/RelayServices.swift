@@ -7,6 +7,7 @@ import RallyWire
 struct RelayServices: Sendable {
     let store: any RelayStore
     let blobs: any BlobStore
+    let escrows: any EscrowStore
     let writer: PublishWriter
     let hub: TopicHub
     let clock: any RelayClock
@@ -22,11 +23,14 @@ struct RelayServices: Sendable {
     /// The open WebSocket sessions, to tell them the relay is stopping.
     let sessions = SessionRegistry()
 
+    /// `escrows` defaults to none, for services of tests that never touch
+    /// escrows.
     init(
-        store: any RelayStore, blobs: any BlobStore, clock: any RelayClock, limits: RelayLimits,
-        metrics: RelayMetrics, logger: Logger, origins: [String] = ["http://127.0.0.1:8080"]
+        store: any RelayStore, blobs: any BlobStore, escrows: any EscrowStore, clock: any RelayClock,
+        limits: RelayLimits, metrics: RelayMetrics, logger: Logger, origins: [String] = ["http://127.0.0.1:8080"]
     ) {
         self.blobs = blobs
+        self.escrows = escrows
         let hub = TopicHub()
         self.origins = OriginSet(origins)
         ipRates = KeyedRateLimiter(ratePerSecond: limits.publishRatePerSecondPerIP, burst: limits.publishBurstPerIP)

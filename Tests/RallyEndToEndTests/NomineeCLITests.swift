@@ -93,4 +93,68 @@ struct NomineeCLITests {
                 \.status) == ["revoked"])
         await relay.stop()
     }
+
+    struct Emergency: Decodable {
+        let state: String
+        let granted: Bool
+        let waitMs: Int64
+    }
+
+    @Test(
+        "emergency access from a terminal: invite with --emergency-wait, confirm, request (the owner is told), approve, check installs the key"
+    )
+    func emergencyFlow() async throws {
+        let relay = try await TestRelay.start()
+        let homes = TemporaryDirectory("rally-nominee-cli")
+        defer { homes.remove() }
+        func rally(_ home: String, _ arguments: [String]) async throws -> RallyBinary.Result {
+            try await RallyBinary.run(
+                arguments + ["--home", homes.path(home).path, "--relay", relay.url.absoluteString])
+        }
+        func json<T: Decodable>(_ type: T.Type, _ result: RallyBinary.Result) throws -> T {
+            #expect(result.status == 0, "\(result.stderr)")
+            return try JSONDecoder().decode(type, from: Data(result.stdout.utf8))
+        }
+        _ = try await rally("owner", ["id", "new", "--name", "Owner"])
+        let sam = try json(Identity.self, try await rally("sam", ["id", "new", "--name", "Sam", "--json"]))
+        _ = try await rally("owner", ["vault", "create", "Family Papers"])
+        let file = homes.path("will.txt")
+        try Data("the will".utf8).write(to: file)
+        #expect(try await rally("owner", ["vault", "add", "Family Papers", file.path]).status == 0)
+
+        let badWait = try await rally(
+            "owner",
+            ["nominee", "invite", "Family Papers", "--to", sam.inboxId, "--name", "Sam", "--emergency-wait", "30s"])
+        #expect(badWait.status != 0 && badWait.stderr.contains("an emergency wait is between 1 minute and 90 days"))
+        let invited = try await rally(
+            "owner",
+            ["nominee", "invite", "Family Papers", "--to", sam.inboxId, "--name", "Sam", "--emergency-wait", "7d"])
+        #expect(invited.stdout.contains("emergency access after a wait of 7d"), "\(invited.stderr)")
+        let link = try #require(
+            invited.stdout.split(separator: " ").last.map(String.init)?.trimmingCharacters(in: .whitespacesAndNewlines))
+        #expect(try await rally("sam", ["nominee", "accept", link]).status == 0)
+        let confirmed = try await rally("owner", ["nominee", "confirm", "Family Papers", "Sam"])
+        #expect(confirmed.stdout.contains("active with emergency access"), "\(confirmed.stderr)")
+        let invitations = try await rally("sam", ["nominee", "invitations"])
+        #expect(invitations.stdout.contains("rally nominee emergency request Family Papers"))
+
+        let noRequest = try await rally("owner", ["nominee", "emergency", "approve", "Family Papers", "Sam"])
+        #expect(noRequest.status != 0 && noRequest.stderr.contains("Sam has not asked for emergency access"))
+        let requested = try json(
+            Emergency.self, try await rally("sam", ["nominee", "emergency", "request", "Family Papers", "--json"]))
+        #expect(requested.state == "requested" && requested.waitMs == 7 * 86_400_000)
+        let listed = try await rally("owner", ["nominee", "list", "Family Papers"])
+        #expect(listed.stdout.contains("🆘 emergency access requested"), "\(listed.stdout)")
+        let status = try await rally("owner", ["nominee", "emergency", "status", "Family Papers", "Sam"])
+        #expect(status.stdout.contains("Sam asked for emergency access to \"Family Papers\""))
+        let approved = try json(
+            Emergency.self,
+            try await rally("owner", ["nominee", "emergency", "approve", "Family Papers", "Sam", "--json"]))
+        #expect(approved.state == "approved")
+        let checked = try await rally("sam", ["nominee", "emergency", "check", "Family Papers"])
+        #expect(checked.stdout.contains("emergency access to \"Family Papers\" granted (approved by the owner)"))
+        let listing = try await rally("sam", ["vault", "ls", "Family Papers"])
+        #expect(listing.stdout.contains("will.txt"), "\(listing.stderr)")
+        await relay.stop()
+    }
 }

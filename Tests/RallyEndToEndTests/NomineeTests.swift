@@ -1,5 +1,6 @@
 import Foundation
 import RallyCrypto
+import RallyRelay
 import RallyTestSupport
 import RallyWire
 import Testing
@@ -12,9 +13,10 @@ struct NomineeWorld {
     let homes: TemporaryDirectory
     let clock: SettableClock
 
-    static func start() async throws -> NomineeWorld {
+    static func start(relayClock: any RelayClock = SystemRelayClock()) async throws -> NomineeWorld {
         NomineeWorld(
-            relay: try await TestRelay.start(), homes: TemporaryDirectory("rally-nominee"), clock: SettableClock())
+            relay: try await TestRelay.start(clock: relayClock), homes: TemporaryDirectory("rally-nominee"),
+            clock: SettableClock())
     }
 
     func client(_ name: String) async throws -> RallyClient {

@@ -34,12 +34,13 @@ extension Logger {
 func makeServices(
     store: any RelayStore, clock: any RelayClock = SystemRelayClock(), limits: RelayLimits = .default
 ) -> RelayServices {
-    // Tests of sessions and topics never touch blobs; the store lives in
-    // a fresh temporary directory so it is real but empty.
-    let blobDirectory = FileManager.default.temporaryDirectory.appendingPathComponent(
+    // Tests of sessions and topics never touch blobs or escrows; their
+    // stores live in a fresh temporary directory so they are real but empty.
+    let directory = FileManager.default.temporaryDirectory.appendingPathComponent(
         "rally-blobs-\(UUID().uuidString)")
     return RelayServices(
-        store: store, blobs: try! FileBlobStore(dataDirectory: blobDirectory), clock: clock, limits: limits,
+        store: store, blobs: try! FileBlobStore(dataDirectory: directory),
+        escrows: try! SQLiteEscrowStore(dataDirectory: directory), clock: clock, limits: limits,
         metrics: RelayMetrics(), logger: .quiet, origins: [testOrigin])
 }
 

@@ -13,10 +13,12 @@ public struct TestRelay: Sendable {
     /// `publicURL`: where clients reach the relay, when that is not the
     /// relay itself (a proxy in front of it); `acceptsBindOrigins`: clients
     /// that reach it directly (``RunningRelay/boundURL``) are accepted too.
-    /// `directory`: where its store lives (a restart reuses it).
+    /// `directory`: where its store lives (a restart reuses it); `clock`:
+    /// the relay's time (a ``ManualRelayClock`` in tests of expiry and
+    /// waits).
     public static func start(
         limits: RelayLimits = .default, publicURL: URL? = nil, acceptsBindOrigins: Bool = false, port: Int = 0,
-        directory: TemporaryDirectory? = nil
+        directory: TemporaryDirectory? = nil, clock: any RelayClock = SystemRelayClock()
     ) async throws -> TestRelay {
         let directory = directory ?? TemporaryDirectory("rally-relay")
         var logger = Logger(label: "rally.test.relay")
@@ -25,7 +27,7 @@ public struct TestRelay: Sendable {
             configuration: RelayConfiguration(
                 port: port, dataDirectory: directory.path("data"), limits: limits, publicURL: publicURL,
                 acceptsBindOrigins: acceptsBindOrigins),
-            logger: logger)
+            logger: logger, clock: clock)
         return TestRelay(relay: relay, directory: directory)
     }
 

@@ -21,6 +21,12 @@ public struct ClientClock: Sendable {
     public static func millis(_ date: Date) -> Int64 { Int64((date.timeIntervalSince1970 * 1000).rounded()) }
 }
 
+extension Date {
+    /// The date `milliseconds` after 1970, as the wire and the store count
+    /// time.
+    init(milliseconds: Int64) { self.init(timeIntervalSince1970: Double(milliseconds) / 1000) }
+}
+
 /// The one retry pause of the SDK: exponential backoff with full jitter.
 /// Attempt n (from 1) waits a uniformly random time in
 /// `0 ... min(cap, base · 2^(n-1))`, so clients that failed together do not

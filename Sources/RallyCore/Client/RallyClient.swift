@@ -578,13 +578,17 @@ public actor RallyClient {
 
     /// Invites `invitee` to the vault as a nominee: a pending nominee and
     /// an interactive "🔐 Vault Invitation" message with a single-use token
-    /// that expires after `lifetime` and works only for `invitee`.
+    /// that expires after `lifetime` and works only for `invitee`. With
+    /// `emergencyWait` (1 minute to 90 days), confirming gives emergency
+    /// access instead of the key: the nominee asks, and the relay releases
+    /// the key when the owner approves or the wait passes unrejected.
     public func inviteNominee(
         to vault: String, invitee: InboxID, name: String, phone: String? = nil, email: String? = nil,
-        lifetime: Duration = RallyClient.nomineeInvitationLifetime
+        lifetime: Duration = RallyClient.nomineeInvitationLifetime, emergencyWait: Duration? = nil
     ) async throws(RallyClientError) -> NomineeInvitationSent {
         try await nominees.invite(
-            vault: vault, to: invitee, name: name, phone: phone, email: email, lifetime: lifetime)
+            vault: vault, to: invitee, name: name, phone: phone, email: email, lifetime: lifetime,
+            emergencyWait: emergencyWait)
     }
 
     /// The vault's nominees and their status, after reading this inbox.
@@ -632,5 +636,57 @@ public actor RallyClient {
     public func declineVaultInvitation(_ tokenOrLink: String) async throws(RallyClientError) -> NomineeResponse {
         _ = try await inbox.sync()
         return try await nominees.respond(tokenOrLink, accept: false)
+    }
+
+    // MARK: Emergency access
+
+    /// Where a nominee's emergency access stands on the relay (owner).
+    public func emergencyAccess(
+        of nominee: String, in vault: String
+    ) async throws(RallyClientError)
+        -> EmergencyAccessStatus
+    {
+        _ = try await inbox.sync()
+        return try await nominees.emergencyStatus(vault: vault, nominee: nominee)
+    }
+
+    /// Approves a nominee's request for emergency access: the relay
+    /// releases the key at once.
+    public func approveEmergencyAccess(
+        of nominee: String, in vault: String
+    ) async throws(RallyClientError)
+        -> EmergencyAccessStatus
+    {
+        _ = try await inbox.sync()
+        return try await nominees.decideEmergency(vault: vault, nominee: nominee, approve: true)
+    }
+
+    /// Rejects a nominee's request for emergency access: the relay never
+    /// releases the key for it (a new request starts a new wait).
+    public func rejectEmergencyAccess(
+        of nominee: String, in vault: String
+    ) async throws(RallyClientError)
+        -> EmergencyAccessStatus
+    {
+        _ = try await inbox.sync()
+        return try await nominees.decideEmergency(vault: vault, nominee: nominee, approve: false)
+    }
+
+    /// Asks for emergency access to a vault (by invitation id, vault name
+    /// or vault id); the owner is told and may approve or reject before
+    /// the wait ends.
+    public func requestEmergencyAccess(_ vault: String) async throws(RallyClientError) -> EmergencyAccessStatus {
+        _ = try await inbox.sync()
+        return try await nominees.emergency.request(vault)
+    }
+
+    /// Where this nominee's emergency access stands; once the relay
+    /// released it, the vault key is installed (`granted`) and the vault
+    /// reads like any other.
+    public func checkEmergencyAccess(_ vault: String) async throws(RallyClientError) -> EmergencyAccessStatus {
+        _ = try await inbox.sync()
+        let (status, grant) = try await nominees.emergency.check(vault)
+        if let grant { try await nominees.handle(grant) }
+        return status
     }
 }

@@ -133,6 +133,27 @@ public actor HTTPRelayLink: RelayLink {
         return link
     }
 
+    /// Runs `body` over a link of its own, closed afterwards whatever
+    /// happens (blobs and escrows are served over HTTP only).
+    static func using<T>(
+        _ relayURL: URL, identity: Identity, _ body: (HTTPRelayLink) async throws(RallyClientError) -> T
+    ) async throws(RallyClientError) -> T {
+        let link: HTTPRelayLink
+        do {
+            link = try await connect(to: relayURL, identity: identity)
+        } catch {
+            throw .relay(error)
+        }
+        do {
+            let result = try await body(link)
+            await link.close()
+            return result
+        } catch {
+            await link.close()
+            throw error
+        }
+    }
+
     public var isOpen: Bool { exchange.isOpen }
 
     // MARK: Requests
@@ -711,5 +732,11 @@ extension Duration {
     var timeInterval: TimeInterval {
         let (seconds, attoseconds) = components
         return Double(seconds) + Double(attoseconds) / 1e18
+    }
+
+    /// Whole milliseconds, rounded toward zero.
+    var milliseconds: Int64 {
+        let (seconds, attoseconds) = components
+        return seconds * 1000 + attoseconds / 1_000_000_000_000_000
     }
 }

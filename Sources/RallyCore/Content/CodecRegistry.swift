@@ -30,6 +30,7 @@ public struct CodecRegistry: Sendable {
         registry.register(VaultInvitationCodec())
         registry.register(VaultInvitationResponseCodec())
         registry.register(VaultAccessCodec())
+        registry.register(VaultEmergencyRequestCodec())
         return registry
     }()
 

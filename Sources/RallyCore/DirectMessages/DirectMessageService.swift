@@ -20,36 +20,15 @@ struct DirectMessageService: Sendable {
         _ value: C.Value, codec: C, to recipient: InboxID, messageID: Data?, keepCopy: Bool
     ) async throws(RallyClientError) -> StoredMessage {
         let recipientIdentity = try await keys.lookUp(recipient)
-        let content: WireEncodedContent
-        do {
-            let plain = try context.codecs.encode(value, with: codec)
-            content = ContentCompression.compressedIfUseful(plain)
-        } catch {
-            throw .content(error)
-        }
         let now = context.clock.now()
-        let identity = context.identity
-        var body = WireMessageBody()
-        body.messageID = messageID ?? MessageSealing.newMessageID()
-        body.sender = identity.publicIdentity.wireBundle
-        body.recipient = recipient.rawValue
-        body.sentAtMs = ClientClock.millis(now)
-        body.content = content
-        let sealed: Data
-        do {
-            sealed = try MessageSealing.seal(MessageSealing.sign(body, by: identity), to: recipientIdentity)
-        } catch {
-            throw .recipientKeysInvalid(recipient, reason: error.description)
-        }
-        guard sealed.count <= WireLimits.maxPayloadBytes else {
-            throw .messageTooLarge(size: sealed.count, limit: WireLimits.maxPayloadBytes)
-        }
+        let (sealed, body) = try seal(value, codec: codec, to: recipientIdentity, messageID: messageID, at: now)
+        let content = body.content
         let topic = try! TopicName.inbox(recipient.rawValue)
         let messageID = body.messageID
         let decoded = context.codecs.decode(content)
         let stored = StoredMessage(
-            id: messageID.hexString, conversation: recipient.rawValue, outgoing: true, sender: identity.inboxID,
-            senderName: identity.displayName, sentAt: now, receivedAt: now, topic: topic.rawValue, seq: nil,
+            id: messageID.hexString, conversation: recipient.rawValue, outgoing: true, sender: context.identity.inboxID,
+            senderName: context.identity.displayName, sentAt: now, receivedAt: now, topic: topic.rawValue, seq: nil,
             contentType: decoded.contentType.description, encodedContent: FrameCodec.encode(content),
             displayText: decoded.displayText, isKnownType: decoded.isKnown)
         // Queued with the message in one transaction, then sent with
@@ -72,6 +51,37 @@ struct DirectMessageService: Sendable {
             if let current = try? context.store.message(id: stored.id), current.seq != nil { return current }
             return stored
         }
+    }
+
+    /// A message signed by this identity and sealed to `recipient`: what
+    /// `send` posts to an inbox, and what an escrow keeps for a nominee.
+    func seal<C: ContentCodec>(
+        _ value: C.Value, codec: C, to recipient: PublicIdentity, messageID: Data?, at now: Date
+    ) throws(RallyClientError) -> (sealed: Data, body: WireMessageBody) {
+        let content: WireEncodedContent
+        do {
+            let plain = try context.codecs.encode(value, with: codec)
+            content = ContentCompression.compressedIfUseful(plain)
+        } catch {
+            throw .content(error)
+        }
+        let identity = context.identity
+        var body = WireMessageBody()
+        body.messageID = messageID ?? MessageSealing.newMessageID()
+        body.sender = identity.publicIdentity.wireBundle
+        body.recipient = recipient.inboxID.rawValue
+        body.sentAtMs = ClientClock.millis(now)
+        body.content = content
+        let sealed: Data
+        do {
+            sealed = try MessageSealing.seal(MessageSealing.sign(body, by: identity), to: recipient)
+        } catch {
+            throw .recipientKeysInvalid(recipient.inboxID, reason: error.description)
+        }
+        guard sealed.count <= WireLimits.maxPayloadBytes else {
+            throw .messageTooLarge(size: sealed.count, limit: WireLimits.maxPayloadBytes)
+        }
+        return (sealed, body)
     }
 
     /// Direct messages stored here (sent and received), oldest first;

@@ -143,6 +143,10 @@ final class LocalStore: Sendable {
             try VaultInvitationRecord.createTable(db)
             try NomineeEventRecord.createTable(db)
         }
+        migrator.registerMigration("v8-emergency-access") { db in
+            try NomineeRecord.addEmergencyAccess(db)
+            try VaultInvitationRecord.addEmergencyAccess(db)
+        }
         return migrator
     }
 

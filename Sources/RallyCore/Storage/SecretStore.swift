@@ -116,6 +116,17 @@ public struct SecretName: Hashable, Sendable, CustomStringConvertible {
         SecretName(rawValue: "vault-key/\(vault)/\(epoch)")
     }
 
+    /// The owner's seed of a nominee's emergency escrow: both escrow keys
+    /// derive from it (ADR 0016).
+    public static func escrowSeed(_ escrow: String) -> SecretName {
+        SecretName(rawValue: "escrow-seed/\(escrow)")
+    }
+
+    /// A nominee's key to the escrow that holds their emergency grant.
+    public static func escrowAccess(_ escrow: String) -> SecretName {
+        SecretName(rawValue: "escrow-access/\(escrow)")
+    }
+
     /// The access secret of a topic (ADR 0008).
     public static func topicAccess(_ topic: String) -> SecretName {
         SecretName(rawValue: "topic-access/\(topic)")

@@ -101,3 +101,36 @@ enum NomineeContent {
         return content
     }
 }
+
+/// `rally.dev/vault_emergency_request:1.0`: a nominee tells the owner they
+/// asked for emergency access, and when the relay releases it unless the
+/// owner rejects.
+public struct VaultEmergencyRequestCodec: ContentCodec {
+    public static let contentType = ContentTypeID(
+        authority: "rally.dev", type: "vault_emergency_request", major: 1, minor: 0)
+    public var contentType: ContentTypeID { Self.contentType }
+    public init() {}
+
+    public func encode(_ value: WireVaultEmergencyRequest) throws(ContentError) -> WireEncodedContent {
+        NomineeContent.encode(FrameCodec.encode(value), type: contentType, fallback: fallback(for: value))
+    }
+
+    public func decode(_ content: WireEncodedContent) throws(ContentError) -> WireVaultEmergencyRequest {
+        do {
+            return try FrameCodec.decode(
+                WireVaultEmergencyRequest.self, from: content.content, limit: WireLimits.maxPayloadBytes)
+        } catch {
+            throw .malformed(contentType: contentType.description, reason: error.description)
+        }
+    }
+
+    public func fallback(for value: WireVaultEmergencyRequest) -> String? {
+        let releases = ISO8601DateFormatter().string(from: Date(milliseconds: value.releasesAtMs))
+        return
+            "🆘 Emergency access requested to vault \"\(value.vaultName)\": it is granted at \(releases) unless you reject it (rally nominee emergency reject)"
+    }
+
+    public func shouldPush(_ value: WireVaultEmergencyRequest) -> Bool { true }
+
+    public func summary(of value: WireVaultEmergencyRequest) -> String { fallback(for: value) ?? "" }
+}

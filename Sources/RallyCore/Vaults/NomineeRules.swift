@@ -1,6 +1,6 @@
 import Foundation
 import RallyCrypto
-public import RallyWire
+import RallyWire
 
 /// A nominee's status (ADR 0015): pending → accepted → active, or
 /// declined, revoked, expired.

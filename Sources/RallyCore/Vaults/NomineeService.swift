@@ -17,15 +17,24 @@ struct NomineeService: Sendable {
     let context: ClientContext
     let vaults: VaultService
     let messages: DirectMessageService
+    let emergency: EmergencyAccessService
+
+    init(context: ClientContext, vaults: VaultService, messages: DirectMessageService) {
+        self.context = context
+        self.vaults = vaults
+        self.messages = messages
+        emergency = EmergencyAccessService(context: context, messages: messages)
+    }
 
     // MARK: The owner
 
     /// Creates a pending nominee and sends them the interactive invitation.
     /// The token leaves this process only in that sealed message and in
-    /// the returned link; the home keeps its hash.
+    /// the returned link; the home keeps its hash. With `emergencyWait`,
+    /// the nominee gets emergency access instead of the key (ADR 0016).
     func invite(
         vault vaultText: String, to invitee: InboxID, name rawName: String, phone: String?, email: String?,
-        lifetime: Duration
+        lifetime: Duration, emergencyWait: Duration?
     ) async throws(RallyClientError) -> NomineeInvitationSent {
         let vault = try vaults.resolve(vaultText)
         guard vault.isOwner else { throw .vault(.notOwner(vault: vault.name)) }
@@ -33,13 +42,17 @@ struct NomineeService: Sendable {
         let phone = try phone.map { value throws(RallyClientError) in try Self.contact(value, what: "phone") }
         let email = try email.map { value throws(RallyClientError) in try Self.contact(value, what: "email") }
         guard lifetime > .zero else { throw .vault(.invalidName("an invitation must expire in the future")) }
+        let waitMs = try emergencyWait.map { wait throws(RallyClientError) in
+            try EmergencyAccessService.validWait(wait).milliseconds
+        }
         let token = NomineeToken.random()
         let nowDate = context.clock.now()
         let now = ClientClock.millis(nowDate)
         let record = NomineeRecord(
             id: Randomness.bytes(16).hexString, vaultID: vault.id, name: name, phone: phone, email: email,
             inbox: invitee.rawValue, tokenHash: token.hash, status: NomineeStatus.pending.rawValue, createdAtMs: now,
-            expiresAtMs: ClientClock.millis(nowDate.addingTimeInterval(lifetime.timeInterval)), updatedAtMs: now)
+            expiresAtMs: ClientClock.millis(nowDate.addingTimeInterval(lifetime.timeInterval)), updatedAtMs: now,
+            emergencyWaitMs: waitMs ?? 0)
         var invitation = WireVaultInvitation()
         invitation.invitationID = record.id
         invitation.vaultID = vault.id
@@ -48,6 +61,7 @@ struct NomineeService: Sendable {
         invitation.inviteeName = name
         invitation.createdAtMs = now
         invitation.expiresAtMs = record.expiresAtMs
+        invitation.emergencyWaitMs = record.emergencyWaitMs
         // Looked up before anything is stored: an unknown inbox fails here.
         _ = try await messages.keys.lookUp(invitee)
         try context.stored { () throws(LocalStoreError) in try context.store.write { db in try record.insert(db) } }
@@ -71,7 +85,8 @@ struct NomineeService: Sendable {
     }
 
     /// Seals the vault key to a nominee who accepted: they can read the
-    /// vault from now on.
+    /// vault from now on; or, for emergency access, into an escrow the
+    /// relay releases to them after a request and the wait.
     func confirm(
         vault vaultText: String, nominee nomineeText: String
     ) async throws(RallyClientError)
@@ -85,8 +100,15 @@ struct NomineeService: Sendable {
             throw .vault(.nomineeNotReady(name: nominee.name, status: nominee.nomineeStatus, action: "confirmed"))
         }
         try await vaults.sync(vault.id)
-        try setStatus(.active, of: nominee.id)
-        try await sendAccess(to: nominee, status: .active, grant: try vaults.currentGrant(vault.id))
+        let grant = try vaults.currentGrant(vault.id)
+        if nominee.emergencyWaitMs > 0 {
+            let access = try await emergency.establish(for: nominee, grant: grant)
+            try setStatus(.active, of: nominee.id)
+            try await sendAccess(to: nominee, status: .active, emergency: access)
+        } else {
+            try setStatus(.active, of: nominee.id)
+            try await sendAccess(to: nominee, status: .active, grant: grant)
+        }
         return try summary(of: nominee.id)
     }
 
@@ -103,7 +125,10 @@ struct NomineeService: Sendable {
         guard vault.isOwner else { throw .vault(.notOwner(vault: vault.name)) }
         let nominee = try resolveNominee(nomineeText, in: vault)
         guard nominee.nomineeStatus != .revoked else { return nominee.summary }
+        // An emergency nominee may hold the key already: the relay does
+        // not tell the owner whether it released it.
         let hadKey = nominee.nomineeStatus == .active
+        try await emergency.close(for: nominee)
         try setStatus(.revoked, of: nominee.id)
         if hadKey {
             try await vaults.rotate(vault.id)
@@ -112,13 +137,51 @@ struct NomineeService: Sendable {
                 try context.store.read { db in
                     try NomineeRecord.filter(
                         Column("vault_id") == vault.id && Column("status") == NomineeStatus.active.rawValue
+                            && Column("escrow_id") == nil
                     ).fetchAll(db)
                 }
             }
             for other in others { try await sendAccess(to: other, status: .active, grant: grant) }
+            try await emergency.reseal(vault: vault.id, grant: grant)
         }
         try await sendAccess(to: nominee, status: .revoked, refusal: NomineeRules.Refusal.revoked)
         return try summary(of: nominee.id)
+    }
+
+    // MARK: Emergency access
+
+    /// The relay's state of a nominee's emergency access.
+    func emergencyStatus(
+        vault vaultText: String, nominee nomineeText: String
+    ) async throws(RallyClientError)
+        -> EmergencyAccessStatus
+    {
+        let (vault, nominee) = try ownedNominee(vault: vaultText, nominee: nomineeText)
+        return try await emergency.status(of: nominee, vaultName: vault.name)
+    }
+
+    /// Approves (released at once) or rejects (never released for this
+    /// request) a nominee's request for emergency access.
+    func decideEmergency(
+        vault vaultText: String, nominee nomineeText: String, approve: Bool
+    ) async throws(RallyClientError) -> EmergencyAccessStatus {
+        let (vault, nominee) = try ownedNominee(vault: vaultText, nominee: nomineeText)
+        guard nominee.nomineeStatus == .active else {
+            throw .vault(
+                .nomineeNotReady(
+                    name: nominee.name, status: nominee.nomineeStatus, action: approve ? "approved" : "rejected"))
+        }
+        return try await emergency.decide(nominee, vaultName: vault.name, approve: approve)
+    }
+
+    private func ownedNominee(
+        vault vaultText: String, nominee nomineeText: String
+    ) throws(RallyClientError) -> (VaultRecord, NomineeRecord) {
+        let vault = try vaults.resolve(vaultText)
+        guard vault.isOwner else { throw .vault(.notOwner(vault: vault.name)) }
+        let nominee = try resolveNominee(nomineeText, in: vault)
+        guard nominee.emergencyWaitMs > 0 else { throw .vault(.noEmergencyAccess(vault: vault.name)) }
+        return (vault, nominee)
     }
 
     // MARK: The invitee
@@ -187,15 +250,18 @@ struct NomineeService: Sendable {
 
     /// Whether a stored message is one this service acts on.
     static func handles(_ message: StoredMessage) -> Bool {
-        [VaultInvitationCodec.contentType, VaultInvitationResponseCodec.contentType, VaultAccessCodec.contentType]
-            .contains { $0.description == message.contentType }
+        [
+            VaultInvitationCodec.contentType, VaultInvitationResponseCodec.contentType, VaultAccessCodec.contentType,
+            VaultEmergencyRequestCodec.contentType,
+        ].contains { $0.description == message.contentType }
     }
 
     /// Whether the inbox keeps the message for `dm read`: the invitation
-    /// (the invitee's to answer), not the answers, which carry the token
-    /// or the vault key.
+    /// (the invitee's to answer) and a request for emergency access (the
+    /// owner's to see), not the answers, which carry the token or a key.
     static func keepsMessage(_ message: StoredMessage) -> Bool {
-        message.contentType == VaultInvitationCodec.contentType.description
+        [VaultInvitationCodec.contentType, VaultEmergencyRequestCodec.contentType]
+            .contains { $0.description == message.contentType }
     }
 
     /// Acts on one nominee message, at most once per message id.
@@ -205,6 +271,7 @@ struct NomineeService: Sendable {
         case let invitation as WireVaultInvitation: try receive(invitation, in: message)
         case let response as WireVaultInvitationResponse: try await answer(response, in: message)
         case let update as WireVaultAccessUpdate: try await apply(update, in: message)
+        case let request as WireVaultEmergencyRequest: try emergency.noteRequest(request, in: message)
         default: return
         }
     }
@@ -222,7 +289,8 @@ struct NomineeService: Sendable {
             id: invitation.invitationID, vaultID: invitation.vaultID, vaultName: invitation.vaultName,
             ownerInbox: message.sender.rawValue, ownerName: message.senderName, token: token.bytes,
             tokenHash: token.hash, status: NomineeStatus.pending.rawValue, refusal: nil,
-            receivedAtMs: ClientClock.millis(message.receivedAt), expiresAtMs: invitation.expiresAtMs)
+            receivedAtMs: ClientClock.millis(message.receivedAt), expiresAtMs: invitation.expiresAtMs,
+            emergencyWaitMs: max(0, invitation.emergencyWaitMs))
         try context.stored { () throws(LocalStoreError) in
             try context.store.write { db in try record.insert(db, onConflict: .ignore) }
         }
@@ -283,6 +351,9 @@ struct NomineeService: Sendable {
             let owner = try await messages.keys.lookUp(message.sender)
             try install(update.grant, owner: owner)
         }
+        if update.hasEmergency, status == .active {
+            try emergency.remember(update.emergency, invitationID: invitation.id)
+        }
         if status == .revoked {
             try context.stored { () throws(LocalStoreError) in
                 try context.store.write { db in
@@ -322,13 +393,15 @@ struct NomineeService: Sendable {
     // MARK: Helpers
 
     private func sendAccess(
-        to nominee: NomineeRecord, status: NomineeStatus, refusal: String? = nil, grant: WireVaultKeyGrant? = nil
+        to nominee: NomineeRecord, status: NomineeStatus, refusal: String? = nil, grant: WireVaultKeyGrant? = nil,
+        emergency: WireVaultEmergencyAccess? = nil
     ) async throws(RallyClientError) {
         var update = WireVaultAccessUpdate()
         update.invitationID = nominee.id
         update.status = status.wire
         if let refusal { update.refusal = refusal }
         if let grant { update.grant = grant }
+        if let emergency { update.emergency = emergency }
         let inbox = try Self.inbox(nominee.inbox)
         _ = try await messages.send(update, codec: VaultAccessCodec(), to: inbox, messageID: nil, keepCopy: false)
     }

@@ -17,10 +17,20 @@ struct NomineeRecord: Codable, FetchableRecord, PersistableRecord, Sendable, Equ
     var createdAtMs: Int64
     var expiresAtMs: Int64
     var updatedAtMs: Int64
+    /// Emergency access (ADR 0016): the wait after a request; 0 for none.
+    var emergencyWaitMs: Int64 = 0
+    /// The escrow that holds the nominee's sealed grant, once confirmed.
+    var escrowID: String?
+    /// When the nominee said they asked for access, and when the relay
+    /// releases it unless the owner rejects.
+    var emergencyRequestedAtMs: Int64?
+    var emergencyReleasesAtMs: Int64?
 
     enum CodingKeys: String, CodingKey {
         case id, vaultID = "vault_id", name, phone, email, inbox, tokenHash = "token_hash", status
         case createdAtMs = "created_at_ms", expiresAtMs = "expires_at_ms", updatedAtMs = "updated_at_ms"
+        case emergencyWaitMs = "emergency_wait_ms", escrowID = "escrow_id"
+        case emergencyRequestedAtMs = "emergency_requested_at_ms", emergencyReleasesAtMs = "emergency_releases_at_ms"
     }
 
     static func createTable(_ db: Database) throws {
@@ -39,6 +49,15 @@ struct NomineeRecord: Codable, FetchableRecord, PersistableRecord, Sendable, Equ
         }
     }
 
+    static func addEmergencyAccess(_ db: Database) throws {
+        try db.alter(table: databaseTableName) { table in
+            table.add(column: "emergency_wait_ms", .integer).notNull().defaults(to: 0)
+            table.add(column: "escrow_id", .text)
+            table.add(column: "emergency_requested_at_ms", .integer)
+            table.add(column: "emergency_releases_at_ms", .integer)
+        }
+    }
+
     var nomineeStatus: NomineeStatus { NomineeStatus(rawValue: status) ?? .pending }
 
     var rules: NomineeRules.Nominee {
@@ -48,7 +67,13 @@ struct NomineeRecord: Codable, FetchableRecord, PersistableRecord, Sendable, Equ
     var summary: NomineeSummary {
         NomineeSummary(
             id: id, vaultID: vaultID, name: name, phone: phone, email: email, inbox: inbox, status: nomineeStatus,
-            expiresAt: Date(timeIntervalSince1970: Double(expiresAtMs) / 1000))
+            expiresAt: Date(milliseconds: expiresAtMs),
+            emergencyAccess: emergencyWaitMs > 0
+                ? EmergencyAccessTerms(
+                    waitMs: emergencyWaitMs, escrowCreated: escrowID != nil,
+                    requestedAt: emergencyRequestedAtMs.map(Date.init(milliseconds:)),
+                    releasesAt: emergencyReleasesAtMs.map(Date.init(milliseconds:)))
+                : nil)
     }
 }
 
@@ -68,11 +93,18 @@ struct VaultInvitationRecord: Codable, FetchableRecord, PersistableRecord, Senda
     var refusal: String?
     var receivedAtMs: Int64
     var expiresAtMs: Int64
+    /// Emergency access the owner offered: the wait after a request; 0 for
+    /// none.
+    var emergencyWaitMs: Int64 = 0
+    /// The escrow the owner made once they confirmed (the key to it is a
+    /// secret of this home).
+    var escrowID: String?
 
     enum CodingKeys: String, CodingKey {
         case id, vaultID = "vault_id", vaultName = "vault_name", ownerInbox = "owner_inbox"
         case ownerName = "owner_name", token, tokenHash = "token_hash", status, refusal
         case receivedAtMs = "received_at_ms", expiresAtMs = "expires_at_ms"
+        case emergencyWaitMs = "emergency_wait_ms", escrowID = "escrow_id"
     }
 
     static func createTable(_ db: Database) throws {
@@ -91,13 +123,24 @@ struct VaultInvitationRecord: Codable, FetchableRecord, PersistableRecord, Senda
         }
     }
 
+    static func addEmergencyAccess(_ db: Database) throws {
+        try db.alter(table: databaseTableName) { table in
+            table.add(column: "emergency_wait_ms", .integer).notNull().defaults(to: 0)
+            table.add(column: "escrow_id", .text)
+        }
+    }
+
     var nomineeStatus: NomineeStatus { NomineeStatus(rawValue: status) ?? .pending }
 
     var summary: VaultInvitationSummary {
         VaultInvitationSummary(
             id: id, vaultID: vaultID, vaultName: vaultName, ownerInbox: ownerInbox, ownerName: ownerName,
             status: nomineeStatus, title: nomineeStatus.invitationTitle, refusal: refusal,
-            expiresAt: Date(timeIntervalSince1970: Double(expiresAtMs) / 1000))
+            expiresAt: Date(milliseconds: expiresAtMs),
+            emergencyAccess: emergencyWaitMs > 0
+                ? EmergencyAccessTerms(
+                    waitMs: emergencyWaitMs, escrowCreated: escrowID != nil, requestedAt: nil, releasesAt: nil)
+                : nil)
     }
 }
 
@@ -131,6 +174,18 @@ public struct NomineeSummary: Sendable, Equatable, Codable {
     public var inbox: String
     public var status: NomineeStatus
     public var expiresAt: Date
+    /// Set when the nominee was offered emergency access.
+    public var emergencyAccess: EmergencyAccessTerms?
+}
+
+/// Emergency access as a home knows it without asking the relay: the wait
+/// and, on the owner's side, the request the nominee announced.
+public struct EmergencyAccessTerms: Sendable, Equatable, Codable {
+    public var waitMs: Int64
+    /// The owner confirmed: the relay holds the nominee's sealed grant.
+    public var escrowCreated: Bool
+    public var requestedAt: Date?
+    public var releasesAt: Date?
 }
 
 /// An invitation as its recipient sees it.
@@ -146,4 +201,6 @@ public struct VaultInvitationSummary: Sendable, Equatable, Codable {
     /// Why the owner refused the last answer, if they did.
     public var refusal: String?
     public var expiresAt: Date
+    /// Set when the owner offered emergency access.
+    public var emergencyAccess: EmergencyAccessTerms?
 }

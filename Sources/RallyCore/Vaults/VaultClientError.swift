@@ -25,6 +25,12 @@ public enum VaultClientError: Error, Equatable, Sendable, CustomStringConvertibl
     case accessRevoked(vault: String)
     case nomineeNotReady(name: String, status: NomineeStatus, action: String)
     case invitationRefused(String)
+    /// This home holds no key to an emergency escrow for the vault (or the
+    /// nominee).
+    case noEmergencyAccess(vault: String)
+    /// The owner tried to approve or reject with no request standing.
+    case noEmergencyRequest(nominee: String, action: String, state: EmergencyAccessState)
+    case invalidEmergencyWait(minimum: Duration, maximum: Duration)
 
     public var description: String {
         switch self {
@@ -58,6 +64,14 @@ public enum VaultClientError: Error, Equatable, Sendable, CustomStringConvertibl
         case .nomineeNotReady(let name, let status, let action):
             "\(name) cannot be \(action): the invitation is \(status.rawValue)"
         case .invitationRefused(let reason): reason
+        case .noEmergencyAccess(let vault):
+            "no emergency access to \"\(vault)\" here: the owner gives it when they confirm a nominee invited with --emergency-wait"
+        case .noEmergencyRequest(let nominee, let action, let state):
+            state == .rejected
+                ? "\(nominee)'s last request was already rejected; there is nothing to \(action)"
+                : "\(nominee) has not asked for emergency access; there is nothing to \(action)"
+        case .invalidEmergencyWait(let minimum, let maximum):
+            "an emergency wait is between \(minimum.components.seconds / 60) minute\(minimum.components.seconds == 60 ? "" : "s") and \(maximum.components.seconds / 86_400) days"
         }
     }
 }

@@ -405,25 +405,14 @@ struct VaultService: Sendable {
         }
     }
 
-    /// Runs a transfer over an HTTP link of its own (blobs are served over
-    /// HTTP only).
+    /// Runs a transfer over an HTTP link of its own.
     private func withBlobs<T>(
         _ operation: (DocumentTransfer) async throws(RallyClientError) -> T
     ) async throws(RallyClientError) -> T {
-        let link: HTTPRelayLink
-        do {
-            link = try await HTTPRelayLink.connect(to: context.relayURL, identity: context.identity)
-        } catch {
-            throw .relay(error)
-        }
-        let transfer = DocumentTransfer(blobs: BlobClient(link: link), clock: context.clock, backoff: context.backoff)
-        do {
-            let result = try await operation(transfer)
-            await link.close()
-            return result
-        } catch {
-            await link.close()
-            throw error
+        try await HTTPRelayLink.using(context.relayURL, identity: context.identity) {
+            link throws(RallyClientError) in
+            try await operation(
+                DocumentTransfer(blobs: BlobClient(link: link), clock: context.clock, backoff: context.backoff))
         }
     }
 

@@ -365,11 +365,62 @@ public nonisolated struct WireVaultAccessUpdate: Sendable {
   /// Clears the value of `grant`. Subsequent reads from it will return its default value.
   public mutating func clearGrant() {self._grant = nil}
 
+  /// Emergency access (ADR 0016): instead of a grant, the escrow the relay
+  /// releases the grant from, and the nominee's key to it.
+  public var emergency: WireVaultEmergencyAccess {
+    get {_emergency ?? WireVaultEmergencyAccess()}
+    set {_emergency = newValue}
+  }
+  /// Returns true if `emergency` has been explicitly set.
+  public var hasEmergency: Bool {self._emergency != nil}
+  /// Clears the value of `emergency`. Subsequent reads from it will return its default value.
+  public mutating func clearEmergency() {self._emergency = nil}
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
 
   fileprivate var _grant: WireVaultKeyGrant? = nil
+  fileprivate var _emergency: WireVaultEmergencyAccess? = nil
+}
+
+public nonisolated struct WireVaultEmergencyAccess: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var escrowID: String = String()
+
+  /// The 32-byte secret of the nominee's escrow key.
+  public var accessSecret: Data = Data()
+
+  public var waitMs: UInt64 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// `rally.app/vaultEmergencyRequest:1.0`, nominee → owner: the nominee asked
+/// the relay for the vault; it is released at `releases_at_ms` unless the
+/// owner rejects.
+public nonisolated struct WireVaultEmergencyRequest: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var invitationID: String = String()
+
+  public var requestedAtMs: Int64 = 0
+
+  public var releasesAtMs: Int64 = 0
+
+  /// For the message's fallback text.
+  public var vaultName: String = String()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
 }
 
 public nonisolated struct WireVaultKeyGrant: Sendable {
@@ -873,7 +924,7 @@ nonisolated extension WireVaultInvitationResponse: SwiftProtobuf.Message, SwiftP
 
 nonisolated extension WireVaultAccessUpdate: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".VaultAccessUpdate"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}invitation_id\0\u{1}status\0\u{1}refusal\0\u{1}grant\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}invitation_id\0\u{1}status\0\u{1}refusal\0\u{1}grant\0\u{1}emergency\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -885,6 +936,7 @@ nonisolated extension WireVaultAccessUpdate: SwiftProtobuf.Message, SwiftProtobu
       case 2: try { try decoder.decodeSingularEnumField(value: &self.status) }()
       case 3: try { try decoder.decodeSingularStringField(value: &self.refusal) }()
       case 4: try { try decoder.decodeSingularMessageField(value: &self._grant) }()
+      case 5: try { try decoder.decodeSingularMessageField(value: &self._emergency) }()
       default: break
       }
     }
@@ -907,6 +959,9 @@ nonisolated extension WireVaultAccessUpdate: SwiftProtobuf.Message, SwiftProtobu
     try { if let v = self._grant {
       try visitor.visitSingularMessageField(value: v, fieldNumber: 4)
     } }()
+    try { if let v = self._emergency {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 5)
+    } }()
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -915,6 +970,92 @@ nonisolated extension WireVaultAccessUpdate: SwiftProtobuf.Message, SwiftProtobu
     if lhs.status != rhs.status {return false}
     if lhs.refusal != rhs.refusal {return false}
     if lhs._grant != rhs._grant {return false}
+    if lhs._emergency != rhs._emergency {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension WireVaultEmergencyAccess: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".VaultEmergencyAccess"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}escrow_id\0\u{3}access_secret\0\u{3}wait_ms\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.escrowID) }()
+      case 2: try { try decoder.decodeSingularBytesField(value: &self.accessSecret) }()
+      case 3: try { try decoder.decodeSingularUInt64Field(value: &self.waitMs) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.escrowID.isEmpty {
+      try visitor.visitSingularStringField(value: self.escrowID, fieldNumber: 1)
+    }
+    if !self.accessSecret.isEmpty {
+      try visitor.visitSingularBytesField(value: self.accessSecret, fieldNumber: 2)
+    }
+    if self.waitMs != 0 {
+      try visitor.visitSingularUInt64Field(value: self.waitMs, fieldNumber: 3)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: WireVaultEmergencyAccess, rhs: WireVaultEmergencyAccess) -> Bool {
+    if lhs.escrowID != rhs.escrowID {return false}
+    if lhs.accessSecret != rhs.accessSecret {return false}
+    if lhs.waitMs != rhs.waitMs {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension WireVaultEmergencyRequest: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".VaultEmergencyRequest"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}invitation_id\0\u{3}requested_at_ms\0\u{3}releases_at_ms\0\u{3}vault_name\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.invitationID) }()
+      case 2: try { try decoder.decodeSingularInt64Field(value: &self.requestedAtMs) }()
+      case 3: try { try decoder.decodeSingularInt64Field(value: &self.releasesAtMs) }()
+      case 4: try { try decoder.decodeSingularStringField(value: &self.vaultName) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.invitationID.isEmpty {
+      try visitor.visitSingularStringField(value: self.invitationID, fieldNumber: 1)
+    }
+    if self.requestedAtMs != 0 {
+      try visitor.visitSingularInt64Field(value: self.requestedAtMs, fieldNumber: 2)
+    }
+    if self.releasesAtMs != 0 {
+      try visitor.visitSingularInt64Field(value: self.releasesAtMs, fieldNumber: 3)
+    }
+    if !self.vaultName.isEmpty {
+      try visitor.visitSingularStringField(value: self.vaultName, fieldNumber: 4)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: WireVaultEmergencyRequest, rhs: WireVaultEmergencyRequest) -> Bool {
+    if lhs.invitationID != rhs.invitationID {return false}
+    if lhs.requestedAtMs != rhs.requestedAtMs {return false}
+    if lhs.releasesAtMs != rhs.releasesAtMs {return false}
+    if lhs.vaultName != rhs.vaultName {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
