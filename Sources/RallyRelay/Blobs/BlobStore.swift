@@ -7,10 +7,14 @@ public struct BlobID: Hashable, Sendable, CustomStringConvertible {
     public let rawValue: String
 
     public init?(_ text: String) {
-        guard text.utf8.count == Self.hexDigits,
-            text.utf8.allSatisfy({ (48...57).contains($0) || (97...102).contains($0) })
-        else { return nil }
+        guard Self.isLowercaseHex(text, digits: Self.hexDigits) else { return nil }
         rawValue = text
+    }
+
+    /// Whether `text` is exactly `digits` lowercase hex digits: the spelling
+    /// of every random id the relay takes in a path.
+    static func isLowercaseHex(_ text: String, digits: Int) -> Bool {
+        text.utf8.count == digits && text.utf8.allSatisfy { (48...57).contains($0) || (97...102).contains($0) }
     }
 
     public var description: String { rawValue }

@@ -8,9 +8,7 @@ public struct EscrowID: Hashable, Sendable, CustomStringConvertible {
     public let rawValue: String
 
     public init?(_ text: String) {
-        guard text.utf8.count == Self.hexDigits,
-            text.utf8.allSatisfy({ (48...57).contains($0) || (97...102).contains($0) })
-        else { return nil }
+        guard BlobID.isLowercaseHex(text, digits: Self.hexDigits) else { return nil }
         rawValue = text
     }
 
