@@ -8,12 +8,18 @@ struct GroupCommand: AsyncParsableCommand {
         commandName: "group", abstract: "End-to-end encrypted groups with roles.",
         subcommands: [
             Create.self, Add.self, Remove.self, Send.self, Read.self, Members.self, List.self, Explode.self,
+            Profile.self, Role.self, Block.self, Unblock.self, Welcome.self, Leave.self,
         ])
 
     struct GroupJSON: Encodable {
         let groupId: String
         let name: String
+        let fullName: String
         let description: String
+        /// SHA-256 of the group's image, hex; nil without one.
+        let imageDigest: String?
+        let welcomeMessage: String
+        let blocked: [String]
         let epoch: UInt64
         let status: String
         let myRole: String?
@@ -22,7 +28,11 @@ struct GroupCommand: AsyncParsableCommand {
         init(_ record: GroupRecord, me: InboxID) {
             groupId = record.groupID
             name = record.state.profile.name
+            fullName = record.state.profile.fullName
             description = record.state.profile.description
+            imageDigest = record.state.profile.image?.digest
+            welcomeMessage = record.state.welcomeMessage
+            blocked = record.state.blocked.map(\.rawValue).sorted()
             epoch = record.state.epoch
             status = record.status.rawValue
             myRole = record.state.role(of: me)?.description
@@ -49,6 +59,30 @@ struct GroupCommand: AsyncParsableCommand {
         try options.openClient()
     }
 
+    static func inboxes(_ texts: [String]) throws -> [InboxID] {
+        guard !texts.isEmpty else { throw ValidationError("name at least one member's inbox id") }
+        return try texts.map(inbox)
+    }
+
+    /// A group image from a file: its type told by its bytes, its size
+    /// checked before anything is sent.
+    static func image(_ path: String) throws -> GroupImage {
+        let data: Data
+        do {
+            data = try Data(contentsOf: URL(fileURLWithPath: path))
+        } catch {
+            throw ValidationError("cannot read \(path): \(error.localizedDescription)")
+        }
+        guard data.count <= GroupImage.maxBytes else {
+            throw ValidationError(
+                "\(path) is \(data.count) bytes; a group image is at most \(GroupImage.maxBytes) bytes")
+        }
+        guard let image = GroupImage(sniffing: data) else {
+            throw ValidationError("\(path) is not a PNG, JPEG, GIF or WebP image")
+        }
+        return image
+    }
+
     static func inbox(_ text: String) throws -> InboxID {
         do {
             return try InboxID(validating: text)
@@ -62,10 +96,14 @@ struct GroupCommand: AsyncParsableCommand {
         @OptionGroup var options: ClientOptions
         @Argument(help: "The group's name.") var name: String
         @Option(help: "A description.") var description = ""
+        @Option(help: "A full name.") var fullName = ""
+        @Option(help: "An image file (PNG, JPEG, GIF or WebP, at most 64 KiB).") var image: String?
 
         func run() async throws {
+            let picture = try image.map(GroupCommand.image)
             let client = try GroupCommand.open(options)
-            let record = try await client.createGroup(name: name, description: description)
+            let record = try await client.createGroup(
+                name: name, description: description, fullName: fullName, image: picture)
             await client.disconnect()
             let json = GroupJSON(record, me: client.inboxID)
             options.output.emit(json) { "created group \"\(name.terminalSafe)\"\ngroup id: \(record.groupID)" }
@@ -96,19 +134,20 @@ struct GroupCommand: AsyncParsableCommand {
 
     struct Remove: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Remove a member; the group moves to a new key they do not get.")
+            abstract: "Remove members in one change; the group moves to a new key they do not get.")
         @OptionGroup var options: ClientOptions
         @Argument(help: "Group id (or a unique prefix, or the name).") var group: String
-        @Argument(help: "The member's inbox id.") var inboxID: String
+        @Argument(help: "The members' inbox ids.") var inboxIDs: [String]
         @Flag(help: "Also refuse their later join requests.") var ban = false
+        @Flag(help: "Also delete their messages on every member's device.") var withMessages = false
 
         func run() async throws {
-            let inbox = try GroupCommand.inbox(inboxID)
+            let inboxes = try GroupCommand.inboxes(inboxIDs)
             let client = try GroupCommand.open(options)
-            let record = try await client.removeMember(inbox, from: group, ban: ban)
+            let record = try await client.removeMembers(inboxes, from: group, ban: ban, withMessages: withMessages)
             await client.disconnect()
             options.output.emit(GroupJSON(record, me: client.inboxID)) {
-                "removed \(inbox) from \"\(record.state.profile.name.terminalSafe)\"; now at epoch \(record.state.epoch)"
+                "removed \(inboxes.count) member\(inboxes.count == 1 ? "" : "s") from \"\(record.state.profile.name.terminalSafe)\"\(withMessages ? " with their messages" : ""); now at epoch \(record.state.epoch)"
             }
         }
     }

@@ -63,6 +63,10 @@ struct WatchCommand: AsyncParsableCommand {
                 case .created: "group created"
                 case .memberAdded(let inbox, let role): "\(inbox.rawValue.prefix(8))… added as \(role)"
                 case .memberRemoved(let inbox): "\(inbox.rawValue.prefix(8))… removed"
+                case .messagesDeleted(let inboxes): "messages of \(inboxes.count) member(s) deleted"
+                case .blockedForAll(let inboxes, let blocked):
+                    "\(inboxes.count) member(s) \(blocked ? "blocked" : "unblocked") for all"
+                case .welcomeChanged: "welcome message changed"
                 case .memberLeft(let inbox): "\(inbox.rawValue.prefix(8))… left"
                 case .roleChanged(let inbox, let role): "\(inbox.rawValue.prefix(8))… is now \(role)"
                 case .profileChanged: "profile changed"

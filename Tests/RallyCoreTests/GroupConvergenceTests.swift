@@ -30,6 +30,8 @@ struct GroupLogGenerator {
     private var transcripts: [UInt64: Data] = [:]
     private var links: [UInt64: Data] = [:]
     private(set) var log: [Data] = []
+    /// Entries the reader applied: replaying one must be a duplicate.
+    private var appliedPayloads: [Data] = []
 
     var model: GroupState { reader.state }
 
@@ -53,6 +55,8 @@ struct GroupLogGenerator {
         for _ in 0..<steps {
             let roll = Int.random(in: 0..<100, using: &rng)
             switch roll {
+            case 0..<4 where !appliedPayloads.isEmpty:
+                try append(pick(appliedPayloads))
             case 0..<8 where !log.isEmpty:
                 try append(log[Int.random(in: 0..<log.count, using: &rng)])
             case 8..<13:
@@ -72,7 +76,9 @@ struct GroupLogGenerator {
 
     private mutating func append(_ payload: Data) throws {
         log.append(payload)
-        _ = reader.feed(payload, seq: UInt64(log.count), freshKeys: freshKeys)
+        if reader.feed(payload, seq: UInt64(log.count), freshKeys: freshKeys).isApplied {
+            appliedPayloads.append(payload)
+        }
         transcripts[model.epoch] = model.transcript
         links[model.epoch] = reader.record.epochLink
     }
@@ -95,29 +101,54 @@ struct GroupLogGenerator {
         rng.chance(5) ? (rng.chance(50) ? .unspecified : .UNRECOGNIZED(7)) : pick(GroupRole.allCases).wire
     }
 
-    enum Kind: CaseIterable { case add, remove, changeRole, leave, updateProfile, rekey, create, empty }
+    enum Kind: CaseIterable {
+        case add, remove, removeMany, changeRole, changeRoles, block, welcome, leave, updateProfile, rekey, create
+        case empty
+    }
 
     private mutating func kind() -> Kind {
         let roll = Int.random(in: 0..<100, using: &rng)
         switch roll {
-        case 0..<32: return .add
-        case 32..<44: return .remove
-        case 44..<62: return .changeRole
-        case 62..<68: return .leave
-        case 68..<76: return .updateProfile
-        case 76..<96: return .rekey
+        case 0..<28: return .add
+        case 28..<35: return .remove
+        case 35..<41: return .removeMany
+        case 41..<52: return .changeRole
+        case 52..<58: return .changeRoles
+        case 58..<64: return .block
+        case 64..<68: return .welcome
+        case 68..<73: return .leave
+        case 73..<79: return .updateProfile
+        case 79..<96: return .rekey
         case 96..<98: return .create
         default: return .empty
         }
     }
 
+    /// Some members, usually others than the author; now and then a
+    /// stranger, the author or a name twice, which every member refuses.
+    private mutating func someTargets(_ others: [GroupMember]) -> [InboxID] {
+        var targets = Array(
+            Set(
+                (0..<Int.random(in: 1...3, using: &rng)).compactMap { _ in
+                    others.isEmpty ? nil : pick(others).inboxID
+                }))
+        if targets.isEmpty || rng.chance(5) { targets.append(pick(pool).inboxID) }
+        if rng.chance(3), let first = targets.first { targets.append(first) }
+        return targets
+    }
+
     private mutating func makeCommit(forcing forced: Kind? = nil) throws -> Data {
         let state = model
+        var kind = forced ?? kind()
+        // Lifecycle commits come mostly from managers, so that enough of
+        // them apply to matter.
+        let lifecycle: Set<Kind> = [.removeMany, .changeRoles, .block, .welcome]
         var author: Identity
         if !members.isEmpty, rng.chance(78) {
             // Half the time someone who holds a managing role, if anyone does.
             let managers = members.filter { $0.role >= .admin }
-            let inbox = pick(rng.chance(50) && !managers.isEmpty ? managers : members).inboxID
+            let inbox = pick(rng.chance(lifecycle.contains(kind) ? 85 : 50) && !managers.isEmpty ? managers : members)
+                .inboxID
             author = pool.first { $0.inboxID == inbox } ?? pick(pool)
         } else {
             author = pick(pool)
@@ -158,7 +189,6 @@ struct GroupLogGenerator {
             freshKeys[fresh.commitment] = fresh.key
         }
 
-        var kind = forced ?? kind()
         if kind == .leave, state.members.count == 1, state.members[author.inboxID] != nil, !rng.chance(1) {
             kind = .add  // keep the group alive most of the time
         }
@@ -171,9 +201,20 @@ struct GroupLogGenerator {
             let target = !others.isEmpty && rng.chance(88) ? pick(others).identity : pick(pool).publicIdentity
             commit.action = T.remove(target.inboxID)
             try attachKey(memberIdentities.filter { $0.inboxID != target.inboxID }, target: target, rng: &rng)
+        case .removeMany:
+            let targets = someTargets(others)
+            commit.action = T.removeMembers(targets, ban: rng.chance(30), withMessages: rng.chance(75))
+            try attachKey(memberIdentities.filter { !targets.contains($0.inboxID) }, target: nil, rng: &rng)
         case .changeRole:
             let target = !others.isEmpty && rng.chance(90) ? pick(others).inboxID : pick(pool).inboxID
             commit.action = T.changeRole(target, wireRole: randomRole())
+        case .changeRoles:
+            commit.action = T.changeRoles(someTargets(others), wireRole: randomRole())
+        case .block:
+            commit.action = T.block(someTargets(others), rng.chance(70))
+        case .welcome:
+            commit.action = T.welcome(
+                rng.chance(5) ? String(repeating: "w", count: 3000) : "Welcome \(rng.next() % 100)")
         case .leave:
             commit.action = T.leave
         case .updateProfile:
@@ -406,6 +447,20 @@ struct GroupConvergenceTests {
                 false
             }
         }.count
+        func appliedCount(_ matches: (GroupEffect) -> Bool) -> Int {
+            reads.filter {
+                if case .outcome(.applied(let effects)) = $0 { effects.contains(where: matches) } else { false }
+            }
+            .count
+        }
+        // The lifecycle commits are in it too (batch roles and removals,
+        // blocks, welcome messages).
+        let blocks = appliedCount { if case .blockedForAll = $0 { true } else { false } }
+        let deletions = appliedCount { if case .messagesDeleted = $0 { true } else { false } }
+        let welcomes = appliedCount { $0 == .welcomeChanged }
+        #expect(blocks >= 1, "blocks \(blocks)")
+        #expect(deletions >= 1, "deletions \(deletions)")
+        #expect(welcomes >= 1, "welcomes \(welcomes)")
         #expect(applied >= 30, "only \(applied) applied commits")
         #expect(stale >= 5, "only \(stale) stale commits")
         #expect(forked >= 1, "no commit on a forked history")

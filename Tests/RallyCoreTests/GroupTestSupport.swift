@@ -107,6 +107,36 @@ enum GroupTest {
         return .changeRole(change)
     }
 
+    static func changeRoles(_ inboxes: [InboxID], wireRole: WireGroupRole) -> WireGroupCommit.OneOf_Action {
+        var change = WireChangeRoles()
+        change.inboxIds = inboxes.map(\.rawValue)
+        change.role = wireRole
+        return .changeRoles(change)
+    }
+
+    static func removeMembers(
+        _ inboxes: [InboxID], ban: Bool = false, withMessages: Bool = false
+    ) -> WireGroupCommit.OneOf_Action {
+        var remove = WireRemoveMembers()
+        remove.inboxIds = inboxes.map(\.rawValue)
+        remove.ban = ban
+        remove.withMessages = withMessages
+        return .removeMembers(remove)
+    }
+
+    static func block(_ inboxes: [InboxID], _ blocked: Bool = true) -> WireGroupCommit.OneOf_Action {
+        var block = WireBlockMembers()
+        block.inboxIds = inboxes.map(\.rawValue)
+        block.blocked = blocked
+        return .blockMembers(block)
+    }
+
+    static func welcome(_ text: String) -> WireGroupCommit.OneOf_Action {
+        var welcome = WireSetWelcomeMessage()
+        welcome.text = text
+        return .setWelcome(welcome)
+    }
+
     static let leave = WireGroupCommit.OneOf_Action.leave(WireLeaveGroup())
     static let rekey = WireGroupCommit.OneOf_Action.rekey(WireRekey())
 
@@ -197,6 +227,8 @@ enum GroupTest {
             problems.append("\(inbox) maps to \(member.inboxID)")
         }
         if state.needsRekey, state.members.isEmpty { problems.append("needsRekey on an empty group") }
+        if !state.blocked.isSubset(of: Set(state.members.keys)) { problems.append("a non-member is blocked") }
+        if state.welcomeMessage.utf8.count > 2048 { problems.append("welcome message over its limit") }
         return problems
     }
 

@@ -39,23 +39,28 @@ struct FaultyNetwork {
     let proxy: FaultProxy
     let homes: TemporaryDirectory
     let statusClock: ManualClock
+    /// How long a ping may wait for its pong. Tests that check a healthy
+    /// link never leaves `connected` give it long, so a machine busy with
+    /// other tests does not pass for a dead link.
+    var heartbeatTimeout: Duration = .seconds(2)
 
     /// Fast recovery: short backoff and heartbeats, so a test sees many
     /// rungs in little time.
     var policy: ConnectionPolicy {
         ConnectionPolicy(
             backoff: Backoff(base: .milliseconds(20), cap: .milliseconds(200)),
-            heartbeatInterval: .seconds(1), heartbeatTimeout: .seconds(2), shutdownJitter: .milliseconds(100),
+            heartbeatInterval: .seconds(1), heartbeatTimeout: heartbeatTimeout, shutdownJitter: .milliseconds(100),
             statusClock: statusClock.clientClock)
     }
 
-    static func start() async throws -> FaultyNetwork {
+    static func start(heartbeatTimeout: Duration = .seconds(2)) async throws -> FaultyNetwork {
         let port = PortBox()
         let proxy = try await FaultProxy.start(upstreamPort: { await port.value })
         let relay = try await TestRelay.start(publicURL: proxy.url, acceptsBindOrigins: true)
         await port.set(relay.relay.port)
         return FaultyNetwork(
-            relay: relay, proxy: proxy, homes: TemporaryDirectory("rally-faulty"), statusClock: ManualClock())
+            relay: relay, proxy: proxy, homes: TemporaryDirectory("rally-faulty"), statusClock: ManualClock(),
+            heartbeatTimeout: heartbeatTimeout)
     }
 
     /// A client that reaches the relay through the proxy.
@@ -181,7 +186,7 @@ struct ConnectionRecoveryTests {
 
     @Test("seed case 1: a healthy connection stays connected and shows nothing")
     func happyPath() async throws {
-        let network = try await FaultyNetwork.start()
+        let network = try await FaultyNetwork.start(heartbeatTimeout: .seconds(30))
         let alice = try await network.directClient("alice")
         let (bob, status, follower) = try await network.following("bob")
 

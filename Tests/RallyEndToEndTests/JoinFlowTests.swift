@@ -490,7 +490,7 @@ private func replay(from client: RallyClient, to inviteInbox: PublicIdentity) as
         idempotencyKey: MessageSealing.newMessageID(), shouldPush: true)
 }
 
-@Suite("Watching admins answer by themselves", .timeLimit(.minutes(1)))
+@Suite("Watching admins answer by themselves", .timeLimit(.minutes(3)))
 struct WatchTests {
     @Test("An admin's watch answers join requests as they arrive")
     func watchAnswers() async throws {
@@ -521,7 +521,7 @@ struct WatchTests {
     }
 }
 
-@Suite("Admins made later answer too", .timeLimit(.minutes(1)))
+@Suite("Admins made later answer too", .timeLimit(.minutes(3)))
 struct PromotedAdminTests {
     @Test("A member promoted to admin receives the invite seed and admits joiners")
     func promotedAdminAnswers() async throws {
@@ -548,7 +548,7 @@ struct PromotedAdminTests {
     }
 }
 
-@Suite("A watching admin outlives its relay's restart", .timeLimit(.minutes(1)))
+@Suite("A watching admin outlives its relay's restart", .timeLimit(.minutes(3)))
 struct WatchRecoveryTests {
     @Test("The relay is killed and restarted between two joins; the same watch answers both")
     func watchSurvivesRelayRestart() async throws {

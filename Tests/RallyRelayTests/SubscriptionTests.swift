@@ -30,7 +30,7 @@ actor StalledSend {
     }
 }
 
-@Suite("Subscriptions", .timeLimit(.minutes(1)))
+@Suite("Subscriptions", .timeLimit(.minutes(3)))
 struct SubscriptionTests {
     private func subscribe(_ topic: String, after: UInt64, on session: RelaySession) -> WireClientFrame.OneOf_Body {
         var subscribe = WireSubscribe()

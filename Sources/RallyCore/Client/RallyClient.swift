@@ -321,9 +321,27 @@ public actor RallyClient {
     }
 
     /// Creates a group with this identity as its owner.
-    /// - Throws: a relay or store failure.
-    public func createGroup(name: String, description: String = "") async throws(RallyClientError) -> GroupRecord {
-        try await groupService.create(name: name, description: description)
+    /// - Throws: `.group(.commitRejected(.invalidProfile))` for a profile
+    ///   out of bounds (see ``GroupImage``), a relay or store failure.
+    public func createGroup(
+        name: String, description: String = "", fullName: String = "", image: GroupImage? = nil
+    ) async throws(RallyClientError) -> GroupRecord {
+        try await groupService.create(
+            GroupProfile(name: name, description: description, fullName: fullName, image: image))
+    }
+
+    /// Changes the group's profile (owner only); nil leaves a field as it
+    /// is. Every member sees the change.
+    public func updateGroupProfile(
+        _ reference: String, name: String? = nil, fullName: String? = nil, description: String? = nil,
+        image: GroupImage? = nil
+    ) async throws(RallyClientError) -> GroupRecord {
+        try await groupService.updateProfile(in: reference) { profile in
+            if let name { profile.name = name }
+            if let fullName { profile.fullName = fullName }
+            if let description { profile.description = description }
+            if let image { profile.image = image }
+        }
     }
 
     /// Adds a member (an admin's commit) and sends them their welcome.
@@ -341,14 +359,44 @@ public actor RallyClient {
     public func removeMember(
         _ inbox: InboxID, from reference: String, ban: Bool = false
     ) async throws(RallyClientError) -> GroupRecord {
-        try await groupService.removeMember(inbox, from: reference, ban: ban)
+        try await groupService.removeMembers([inbox], from: reference, ban: ban, withMessages: false)
+    }
+
+    /// Removes members in one commit and replaces the group key once; with
+    /// `ban` their later join requests are refused, with `withMessages`
+    /// every member's client deletes their messages in the group.
+    public func removeMembers(
+        _ inboxes: [InboxID], from reference: String, ban: Bool = false, withMessages: Bool = false
+    ) async throws(RallyClientError) -> GroupRecord {
+        try await groupService.removeMembers(inboxes, from: reference, ban: ban, withMessages: withMessages)
     }
 
     /// Changes a member's role (actor ≥ target, new role ≤ actor's).
     public func changeRole(
         of inbox: InboxID, to role: GroupRole, in reference: String
     ) async throws(RallyClientError) -> GroupRecord {
-        try await groupService.changeRole(of: inbox, to: role, in: reference)
+        try await groupService.changeRoles(of: [inbox], to: role, in: reference)
+    }
+
+    /// Gives several members one role in one commit; the role rule holds
+    /// for each (actor ≥ target, new role ≤ actor's).
+    public func changeRoles(
+        of inboxes: [InboxID], to role: GroupRole, in reference: String
+    ) async throws(RallyClientError) -> GroupRecord {
+        try await groupService.changeRoles(of: inboxes, to: role, in: reference)
+    }
+
+    /// Blocks members for all (moderator and above): every member is shown
+    /// "🚫 blocked by an admin" instead of their messages, until unblocked.
+    public func blockMembers(
+        _ inboxes: [InboxID], in reference: String, blocked: Bool = true
+    ) async throws(RallyClientError) {
+        try await groupService.block(inboxes, in: reference, blocked: blocked)
+    }
+
+    /// Sets the welcome message each new member sees (owner; empty: none).
+    public func setWelcomeMessage(_ text: String, in reference: String) async throws(RallyClientError) {
+        try await groupService.setWelcome(text, in: reference)
     }
 
     /// Replaces the group's epoch key.

@@ -46,21 +46,24 @@ public struct StoredMessage: Sendable, Equatable, Codable {
     public var isQueued: Bool { outgoing && seq == nil }
 
     /// This message with its place in the topic.
-    public func withSeq(_ seq: UInt64) -> StoredMessage {
-        StoredMessage(
-            id: id, conversation: conversation, outgoing: outgoing, sender: sender, senderName: senderName,
-            sentAt: sentAt, receivedAt: receivedAt, topic: topic, seq: seq, contentType: contentType,
-            encodedContent: encodedContent, displayText: displayText, isKnownType: isKnownType)
-    }
+    public func withSeq(_ seq: UInt64) -> StoredMessage { replacing(seq: seq) }
 
     /// This message shown under another name: a group message's sender is
     /// named by the group's signed member record, not by the name the
     /// sender put in the message.
-    public func withSenderName(_ name: String) -> StoredMessage {
+    public func withSenderName(_ name: String) -> StoredMessage { replacing(senderName: name) }
+
+    /// This message shown with another text (a member blocked for all).
+    public func withDisplayText(_ text: String) -> StoredMessage { replacing(displayText: text) }
+
+    private func replacing(
+        senderName: String? = nil, seq: UInt64? = nil, displayText: String? = nil
+    ) -> StoredMessage {
         StoredMessage(
-            id: id, conversation: conversation, outgoing: outgoing, sender: sender, senderName: name, sentAt: sentAt,
-            receivedAt: receivedAt, topic: topic, seq: seq, contentType: contentType, encodedContent: encodedContent,
-            displayText: displayText, isKnownType: isKnownType)
+            id: id, conversation: conversation, outgoing: outgoing, sender: sender,
+            senderName: senderName ?? self.senderName, sentAt: sentAt, receivedAt: receivedAt, topic: topic,
+            seq: seq ?? self.seq, contentType: contentType, encodedContent: encodedContent,
+            displayText: displayText ?? self.displayText, isKnownType: isKnownType)
     }
 }
 

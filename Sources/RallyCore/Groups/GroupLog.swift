@@ -116,6 +116,10 @@ struct GroupLog: Sendable {
         }
         var message: StoredMessage?
         var ownCommit: (commitID: Data, rejection: String?)?
+        var deletingMessagesOf: [InboxID] = []
+        if case .commit(_, _, _, .applied(let effects)) = result.event {
+            for case .messagesDeleted(let inboxes) in effects { deletingMessagesOf += inboxes }
+        }
         switch result.event {
         case .message(let received):
             message = received
@@ -136,7 +140,8 @@ struct GroupLog: Sendable {
             try store.ingestGroupEntry(
                 result.record, seq: envelope.seq, epochKey: result.newKey, message: message,
                 inviteSeed: result.inviteSeed, ownCommit: ownCommit,
-                accessSecretChanged: result.record.accessSecret != record.accessSecret)
+                accessSecretChanged: result.record.accessSecret != record.accessSecret,
+                deletingMessagesOf: deletingMessagesOf)
         }
         return result.event
     }

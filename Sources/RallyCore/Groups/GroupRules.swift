@@ -61,7 +61,8 @@ public enum GroupRejection: Error, Sendable, Equatable, CustomStringConvertible 
         case .cannotTargetSelf: "use leave to leave a group"
         case .invalidRole: "unknown role"
         case .invalidTarget(let reason): "invalid target: \(reason)"
-        case .lastOwner: "the last owner cannot leave while others remain; make someone else owner first"
+        case .lastOwner:
+            "the last owner cannot leave while others remain: make someone else owner first (`rally group role GROUP owner INBOX`) or end the group"
         case .rekeyPending: "the epoch key must be replaced first (someone left)"
         case .missingEpochKeys: "someone loses access, so the commit must carry a fresh epoch key"
         case .epochKeysMismatch: "the fresh epoch key must be sealed to exactly the remaining members"
@@ -132,7 +133,11 @@ enum GroupRules {
         case create(GroupProfile)
         case add(PublicIdentity, GroupRole, Admission?)
         case remove(InboxID, ban: Bool)
+        case removeMany([InboxID], ban: Bool, withMessages: Bool)
         case setRole(InboxID, GroupRole)
+        case setRoles([InboxID], GroupRole)
+        case block([InboxID], Bool)
+        case setWelcome(String)
         case leave(InboxID)
         case setProfile(GroupProfile)
         case rekey
@@ -162,6 +167,10 @@ enum GroupRules {
 
     static let maxNameBytes = 256
     static let maxDescriptionBytes = 2048
+    static let maxWelcomeBytes = 2048
+    /// Most members one batch commit names: a commit stays well inside an
+    /// envelope.
+    static let maxBatch = 1000
 
     static func check(_ event: VerifiedGroupCommit, against state: GroupState) -> Result<Change, GroupRejection> {
         var change: Change
@@ -174,21 +183,20 @@ enum GroupRules {
         let actor = state.role(of: author.inboxID) ?? .observer
         // Admins after this commit: who must hold the invite seed from now on.
         var admins = Set(state.members.values.filter { $0.role >= .admin }.map(\.inboxID))
-        var adminLosesRights = false
+        // Admins who lose their rights with this commit.
+        var losing: [InboxID] = []
         switch change.mutation {
-        case .remove(let inbox, _) where admins.contains(inbox):
-            admins.remove(inbox)
-            adminLosesRights = true
-        case .setRole(let inbox, let role) where admins.contains(inbox) && role < .admin:
-            admins.remove(inbox)
-            adminLosesRights = true
-        case .setRole(let inbox, let role) where role >= .admin:
-            admins.insert(inbox)
-        case .leave(let inbox) where admins.contains(inbox):
-            change.leaverWasAdmin = true
-        default:
-            break
+        case .remove(let inbox, _): losing = [inbox]
+        case .removeMany(let inboxes, _, _): losing = inboxes
+        case .setRole(let inbox, let role) where role < .admin: losing = [inbox]
+        case .setRole(let inbox, _): admins.insert(inbox)
+        case .setRoles(let inboxes, let role) where role < .admin: losing = inboxes
+        case .setRoles(let inboxes, _): admins.formUnion(inboxes)
+        case .leave(let inbox) where admins.contains(inbox): change.leaverWasAdmin = true
+        default: break
         }
+        let adminLosesRights = !admins.isDisjoint(with: losing)
+        admins.subtract(losing)
         if commit.hasRotateInvites {
             guard actor >= .admin, state.inviteIdentity != nil else { return .failure(.unexpectedInviteRotation) }
             let rotate = commit.rotateInvites
@@ -366,9 +374,90 @@ enum GroupRules {
             if let problem = require(.owner) ?? noKeys { return .failure(problem) }
             return .success(Change(mutation: .explode, rekeys: false, effects: [.exploded]))
 
+        case .changeRoles(let change)?:
+            if let problem = require(.admin) ?? noKeys { return .failure(problem) }
+            guard let role = GroupRole(wire: change.role) else { return .failure(.invalidRole) }
+            guard role <= actor else { return .failure(.insufficientRole(needed: role, actual: actor)) }
+            let members: [GroupMember]
+            switch targets(change.inboxIds, author: author, actor: actor, in: state) {
+            case .failure(let rejection): return .failure(rejection)
+            case .success(let found): members = found
+            }
+            var effects = members.map { GroupEffect.roleChanged($0.inboxID, role) }
+            if !change.inviteSeeds.isEmpty {
+                let promoted = Set(members.filter { $0.role < .admin }.map(\.inboxID))
+                guard role >= .admin, state.inviteIdentity != nil, isSealed(change.inviteSeeds, toExactly: promoted)
+                else { return .failure(.inviteSeedsMismatch) }
+                effects += change.inviteSeeds.map { .inviteSeedShared($0) }
+            }
+            return .success(
+                Change(mutation: .setRoles(members.map(\.inboxID), role), rekeys: false, effects: effects))
+
+        case .removeMembers(let remove)?:
+            if let problem = require(.admin) { return .failure(problem) }
+            let members: [GroupMember]
+            switch targets(remove.inboxIds, author: author, actor: actor, in: state) {
+            case .failure(let rejection): return .failure(rejection)
+            case .success(let found): members = found
+            }
+            let removed = members.map(\.inboxID)
+            if let problem = keysFor(remaining: Set(state.members.keys).subtracting(removed)) {
+                return .failure(problem)
+            }
+            var effects = removed.map(GroupEffect.memberRemoved)
+            if remove.withMessages { effects.append(.messagesDeleted(removed)) }
+            return .success(
+                Change(
+                    mutation: .removeMany(removed, ban: remove.ban, withMessages: remove.withMessages), rekeys: true,
+                    effects: effects))
+
+        case .blockMembers(let block)?:
+            if let problem = require(.moderator) ?? noKeys { return .failure(problem) }
+            let members: [GroupMember]
+            switch targets(block.inboxIds, author: author, actor: actor, in: state) {
+            case .failure(let rejection): return .failure(rejection)
+            case .success(let found): members = found
+            }
+            let inboxes = members.map(\.inboxID)
+            return .success(
+                Change(
+                    mutation: .block(inboxes, block.blocked), rekeys: false,
+                    effects: [.blockedForAll(inboxes, block.blocked)]))
+
+        case .setWelcome(let welcome)?:
+            if let problem = require(.owner) ?? noKeys { return .failure(problem) }
+            guard welcome.text.utf8.count <= maxWelcomeBytes else {
+                return .failure(.invalidProfile("the welcome message is longer than \(maxWelcomeBytes) bytes"))
+            }
+            return .success(Change(mutation: .setWelcome(welcome.text), rekeys: false, effects: [.welcomeChanged]))
+
         case .create?, nil:
             return .failure(.emptyAction)
         }
+    }
+
+    /// The members a batch names: each a member other than the author,
+    /// none above the author's role, none twice, at most ``maxBatch``.
+    static func targets(
+        _ texts: [String], author: PublicIdentity, actor: GroupRole, in state: GroupState
+    ) -> Result<[GroupMember], GroupRejection> {
+        guard !texts.isEmpty else { return .failure(.invalidTarget("the commit names no member")) }
+        guard texts.count <= maxBatch else {
+            return .failure(.invalidTarget("a commit names at most \(maxBatch) members"))
+        }
+        var members: [GroupMember] = []
+        var seen: Set<InboxID> = []
+        for text in texts {
+            guard let inbox = try? InboxID(validating: text), inbox.rawValue == text else {
+                return .failure(.invalidTarget(text))
+            }
+            guard inbox != author.inboxID else { return .failure(.cannotTargetSelf) }
+            guard seen.insert(inbox).inserted else { return .failure(.invalidTarget("\(inbox) is named twice")) }
+            guard let member = state.members[inbox] else { return .failure(.notAMemberTarget(inbox)) }
+            guard member.role <= actor else { return .failure(.targetOutranksAuthor(inbox)) }
+            members.append(member)
+        }
+        return .success(members)
     }
 
     static let inviteTagByteCount = 16
@@ -418,8 +507,20 @@ enum GroupRules {
     static func profileProblem(_ profile: GroupProfile) -> String? {
         if profile.name.isEmpty { return "the name is empty" }
         if profile.name.utf8.count > maxNameBytes { return "the name is longer than \(maxNameBytes) bytes" }
+        if profile.fullName.utf8.count > maxNameBytes {
+            return "the full name is longer than \(maxNameBytes) bytes"
+        }
         if profile.description.utf8.count > maxDescriptionBytes {
             return "the description is longer than \(maxDescriptionBytes) bytes"
+        }
+        if let image = profile.image {
+            if image.data.isEmpty || image.data.count > GroupImage.maxBytes {
+                return "the image is \(image.data.count) bytes; a group image is 1 to \(GroupImage.maxBytes) bytes"
+            }
+            if !GroupImage.mediaTypes.contains(image.mediaType) {
+                return
+                    "the image type \(image.mediaType) is not one of \(GroupImage.mediaTypes.joined(separator: ", "))"
+            }
         }
         return nil
     }

@@ -18,7 +18,7 @@ struct GroupService: Sendable {
     /// yields the topic's access key, the topic id names that key (nobody
     /// can claim the topic first) and the group id names the topic (a
     /// welcome cannot pass another topic off as this group).
-    func create(name: String, description: String) async throws(RallyClientError) -> GroupRecord {
+    func create(_ profile: GroupProfile) async throws(RallyClientError) -> GroupRecord {
         let firstKey = EpochKeys.newKey()
         let access: TopicAccess
         do {
@@ -32,8 +32,8 @@ struct GroupService: Sendable {
             groupID: groupID, topicID: topicID, state: GroupState(groupID: groupID), status: .creating,
             accessSecret: access.secretBytes)
         var commit = committer.newCommit(on: record.state)
-        commit.create.profile.name = name
-        commit.create.profile.description_p = description
+        if let problem = GroupRules.profileProblem(profile) { throw .group(.commitRejected(.invalidProfile(problem))) }
+        commit.create.profile = profile.wire
         let now = context.clock.now()
         try context.stored { () throws(LocalStoreError) in
             try context.store.saveNewGroup(record, epochKey: (0, firstKey), cursor: 0, now: now)
@@ -65,55 +65,98 @@ struct GroupService: Sendable {
         return try log.group(groupID)
     }
 
-    func removeMember(
-        _ inbox: InboxID, from reference: String, ban: Bool
-    ) async throws(RallyClientError)
-        -> GroupRecord
-    {
+    /// Removes members in one commit: one fresh key for those who remain;
+    /// with `withMessages` every member's client deletes their messages.
+    func removeMembers(
+        _ inboxes: [InboxID], from reference: String, ban: Bool, withMessages: Bool
+    ) async throws(RallyClientError) -> GroupRecord {
         let groupID = try log.group(reference).groupID
         let committer = self.committer
         try await committer.commit(groupID) { state throws(RallyClientError) in
-            guard let target = state.members[inbox] else {
-                throw .group(.commitRejected(.notAMemberTarget(inbox)))
-            }
+            let targets = try Self.members(inboxes, in: state)
+            let removed = Set(targets.map(\.inboxID))
             var commit = committer.newCommit(on: state)
-            commit.removeMember.inboxID = inbox.rawValue
-            commit.removeMember.ban = ban
+            commit.removeMembers.inboxIds = inboxes.map(\.rawValue)
+            commit.removeMembers.ban = ban
+            commit.removeMembers.withMessages = withMessages
             try committer.attachFreshKey(
-                to: &commit, for: state.members.values.filter { $0.inboxID != inbox }, state: state)
-            if target.role >= .admin {
-                try committer.attachInviteRotation(to: &commit, state: state, admins: state.admins.subtracting([inbox]))
+                to: &commit, for: state.members.values.filter { !removed.contains($0.inboxID) }, state: state)
+            if targets.contains(where: { $0.role >= .admin }) {
+                try committer.attachInviteRotation(to: &commit, state: state, admins: state.admins.subtracting(removed))
             }
             return commit
         }
         return try log.group(groupID)
     }
 
-    func changeRole(
-        of inbox: InboxID, to role: GroupRole, in reference: String
-    ) async throws(RallyClientError)
-        -> GroupRecord
-    {
+    /// Gives members one role in one commit. Members promoted to admin get
+    /// the invite seed; a demoted admin keeps the old one, so the invites
+    /// move on.
+    func changeRoles(
+        of inboxes: [InboxID], to role: GroupRole, in reference: String
+    ) async throws(RallyClientError) -> GroupRecord {
         let groupID = try log.group(reference).groupID
         let seed = try context.stored { () throws(LocalStoreError) in try context.store.inviteSeed(group: groupID) }
         let committer = self.committer
         try await committer.commit(groupID) { state throws(RallyClientError) in
+            let targets = try Self.members(inboxes, in: state)
             var commit = committer.newCommit(on: state)
-            commit.changeRole.inboxID = inbox.rawValue
-            commit.changeRole.role = role.wire
-            let wasAdmin = (state.role(of: inbox) ?? .observer) >= .admin
-            // A new admin gets the invite seed, so it answers join requests.
-            if role >= .admin, let seed, state.inviteIdentity != nil, let target = state.members[inbox], !wasAdmin {
-                commit.changeRole.inviteSeed = try committer.sealInviteSeed(seed, to: [target.identity], state: state)[
-                    0]
+            commit.changeRoles.inboxIds = inboxes.map(\.rawValue)
+            commit.changeRoles.role = role.wire
+            let promoted = targets.filter { $0.role < .admin }
+            if role >= .admin, let seed, state.inviteIdentity != nil, !promoted.isEmpty {
+                commit.changeRoles.inviteSeeds = try committer.sealInviteSeed(
+                    seed, to: promoted.map(\.identity), state: state)
             }
-            // A demoted admin keeps the old seed: the invites move on.
-            if wasAdmin, role < .admin {
-                try committer.attachInviteRotation(to: &commit, state: state, admins: state.admins.subtracting([inbox]))
+            let demoted = Set(targets.filter { $0.role >= .admin }.map(\.inboxID))
+            if role < .admin, !demoted.isEmpty {
+                try committer.attachInviteRotation(to: &commit, state: state, admins: state.admins.subtracting(demoted))
             }
             return commit
         }
         return try log.group(groupID)
+    }
+
+    /// Hides (or shows again) members' messages for every member.
+    func block(_ inboxes: [InboxID], in reference: String, blocked: Bool) async throws(RallyClientError) {
+        try await commit(reference) { commit, state throws(RallyClientError) in
+            _ = try Self.members(inboxes, in: state)
+            commit.blockMembers.inboxIds = inboxes.map(\.rawValue)
+            commit.blockMembers.blocked = blocked
+        }
+    }
+
+    /// Sets the owner's welcome message (empty: none).
+    func setWelcome(_ text: String, in reference: String) async throws(RallyClientError) {
+        try await commit(reference) { commit, _ in commit.setWelcome.text = text }
+    }
+
+    /// Changes the group's profile (owner).
+    func updateProfile(
+        in reference: String, _ change: (inout GroupProfile) -> Void
+    ) async throws(RallyClientError) -> GroupRecord {
+        let groupID = try log.group(reference).groupID
+        try await commit(reference) { commit, state throws(RallyClientError) in
+            var profile = state.profile
+            change(&profile)
+            if let problem = GroupRules.profileProblem(profile) {
+                throw .group(.commitRejected(.invalidProfile(problem)))
+            }
+            commit.updateProfile.profile = profile.wire
+        }
+        return try log.group(groupID)
+    }
+
+    /// The members `inboxes` name, refused at once (nothing published) for
+    /// an inbox that is no member.
+    private static func members(_ inboxes: [InboxID], in state: GroupState) throws(RallyClientError) -> [GroupMember] {
+        guard !inboxes.isEmpty else { throw .group(.commitRejected(.invalidTarget("name at least one member"))) }
+        var found: [GroupMember] = []
+        for inbox in inboxes {
+            guard let member = state.members[inbox] else { throw .group(.commitRejected(.notAMemberTarget(inbox))) }
+            found.append(member)
+        }
+        return found
     }
 
     /// Replaces the epoch key (after someone left, or on an admin's wish).
@@ -265,24 +308,35 @@ struct GroupService: Sendable {
         return message
     }
 
-    /// The group's stored messages, oldest first.
+    /// What members are shown instead of a message from a member an
+    /// admin blocked for all.
+    static let blockedText = "🚫 blocked by an admin"
+
+    /// The group's stored messages, oldest first, as members are shown
+    /// them.
     func messages(in reference: String) throws(RallyClientError) -> [StoredMessage] {
-        let groupID = try log.group(reference).groupID
+        let record = try log.group(reference)
         return try context.stored { () throws(LocalStoreError) in
-            try context.store.messages(conversation: groupID)
-        }
+            try context.store.messages(conversation: record.groupID)
+        }.map { Self.shown($0, in: record.state) }
     }
 
     /// A group message as members are shown it: under the name of its
     /// sender's member record (which the group's admins signed), or as
-    /// stored when it was read, for a sender no longer in the group.
+    /// stored when it was read, for a sender no longer in the group; and
+    /// hidden when an admin blocked its sender for all.
     func asShown(_ message: StoredMessage) -> StoredMessage {
-        if let record = try? context.store.group(message.conversation), record.state.members[message.sender] != nil {
-            return message.namedByMemberRecord(in: record.state)
+        if let record = try? context.store.group(message.conversation) {
+            if record.state.members[message.sender] != nil { return Self.shown(message, in: record.state) }
         }
         if let stored = try? context.store.message(id: message.id), stored.conversation == message.conversation {
             return stored
         }
         return message
+    }
+
+    static func shown(_ message: StoredMessage, in state: GroupState) -> StoredMessage {
+        let named = message.namedByMemberRecord(in: state)
+        return state.blocked.contains(message.sender) ? named.withDisplayText(blockedText) : named
     }
 }

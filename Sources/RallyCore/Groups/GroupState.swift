@@ -1,3 +1,4 @@
+import Crypto
 public import Foundation
 public import RallyCrypto
 public import RallyWire
@@ -37,6 +38,10 @@ public struct GroupState: Sendable, Equatable {
     /// Join requests that admitted someone: each admits at most once.
     public private(set) var admittedJoinRequests: Set<Data> = []
     public private(set) var banned: Set<InboxID> = []
+    /// Members whose messages every member hides ("blocked by an admin").
+    public private(set) var blocked: Set<InboxID> = []
+    /// The owner's welcome message, shown to each new member.
+    public private(set) var welcomeMessage = ""
     /// An exploded group accepts no further commit.
     public private(set) var exploded = false
     /// The hash chain over every applied commit: each commit names the
@@ -107,11 +112,25 @@ public struct GroupState: Sendable, Equatable {
             }
         case .remove(let inbox, let ban):
             members[inbox] = nil
+            blocked.remove(inbox)
             if ban { banned.insert(inbox) }
+        case .removeMany(let inboxes, let ban, _):
+            for inbox in inboxes {
+                members[inbox] = nil
+                blocked.remove(inbox)
+                if ban { banned.insert(inbox) }
+            }
         case .setRole(let inbox, let role):
             members[inbox]?.role = role
+        case .setRoles(let inboxes, let role):
+            for inbox in inboxes { members[inbox]?.role = role }
+        case .block(let inboxes, let isBlocked):
+            if isBlocked { blocked.formUnion(inboxes) } else { blocked.subtract(inboxes) }
+        case .setWelcome(let text):
+            welcomeMessage = text
         case .leave(let inbox):
             members[inbox] = nil
+            blocked.remove(inbox)
         case .setProfile(let profile):
             self.profile = profile
         case .rekey:
@@ -173,6 +192,11 @@ public struct GroupState: Sendable, Equatable {
             banned.insert(inbox)
         }
         exploded = snapshot.exploded
+        for text in snapshot.blocked {
+            guard let inbox = try? InboxID(validating: text) else { throw .invalidMember("blocked inbox id") }
+            blocked.insert(inbox)
+        }
+        welcomeMessage = snapshot.welcomeMessage
         guard snapshot.transcript.count == 32 else { throw .invalidMember("transcript") }
         transcript = snapshot.transcript
         invitesNeedRotation = snapshot.invitesNeedRotation
@@ -219,6 +243,8 @@ public struct GroupState: Sendable, Equatable {
         snapshot.admittedJoinRequests = admittedJoinRequests.sorted { $0.lexicographicallyPrecedes($1) }
         snapshot.banned = banned.map(\.rawValue).sorted()
         snapshot.exploded = exploded
+        snapshot.blocked = blocked.map(\.rawValue).sorted()
+        snapshot.welcomeMessage = welcomeMessage
         snapshot.transcript = transcript
         snapshot.invitesNeedRotation = invitesNeedRotation
         snapshot.retiredInviteIdentities = retiredInviteIdentities.map(\.wireBundle)
@@ -234,24 +260,73 @@ public struct GroupState: Sendable, Equatable {
 }
 
 public struct GroupProfile: Sendable, Equatable, Codable {
+    /// The display name.
     public var name: String
     public var description: String
+    public var fullName: String
+    public var image: GroupImage?
 
-    public init(name: String, description: String) {
+    public init(name: String, description: String, fullName: String = "", image: GroupImage? = nil) {
         self.name = name
         self.description = description
+        self.fullName = fullName
+        self.image = image
     }
 
     init(wire: WireGroupProfile) {
-        self.init(name: wire.name, description: wire.description_p)
+        self.init(
+            name: wire.name, description: wire.description_p, fullName: wire.fullName,
+            image: wire.hasImage ? GroupImage(mediaType: wire.image.mediaType, data: wire.image.data) : nil)
     }
 
     var wire: WireGroupProfile {
         var profile = WireGroupProfile()
         profile.name = name
         profile.description_p = description
+        profile.fullName = fullName
+        if let image {
+            profile.image.mediaType = image.mediaType
+            profile.image.data = image.data
+        }
         return profile
     }
+}
+
+/// A group's picture. It travels only inside sealed commits and welcomes,
+/// so the relay never sees it.
+public struct GroupImage: Sendable, Equatable, Codable {
+    /// At most this many bytes: it rides in every welcome.
+    public static let maxBytes = 64 << 10
+    public static let mediaTypes = ["image/png", "image/jpeg", "image/gif", "image/webp"]
+
+    public var mediaType: String
+    public var data: Data
+
+    public init(mediaType: String, data: Data) {
+        self.mediaType = mediaType
+        self.data = data
+    }
+
+    /// The image in `data`, its type told by its first bytes; nil when it
+    /// is none of the accepted types.
+    public init?(sniffing data: Data) {
+        let signatures: [(String, [UInt8])] = [
+            ("image/png", [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A]), ("image/jpeg", [0xFF, 0xD8, 0xFF]),
+            ("image/gif", Array("GIF8".utf8)),
+        ]
+        if let (type, _) = signatures.first(where: { data.starts(with: $0.1) }) {
+            self.init(mediaType: type, data: data)
+        } else if data.count >= 12, data.prefix(4) == Data("RIFF".utf8),
+            data.dropFirst(8).prefix(4) == Data("WEBP".utf8)
+        {
+            self.init(mediaType: "image/webp", data: data)
+        } else {
+            return nil
+        }
+    }
+
+    /// SHA-256 of the bytes, hex: what a link preview shows of it.
+    public var digest: String { SHA256.hash(data: data).map { String(format: "%02x", $0) }.joined() }
 }
 
 public enum GroupSnapshotError: Error, Equatable, Sendable {
@@ -268,6 +343,10 @@ public enum GroupEffect: Sendable, Equatable {
     case created
     case memberAdded(InboxID, GroupRole)
     case memberRemoved(InboxID)
+    /// Every member's client deletes these members' messages in the group.
+    case messagesDeleted([InboxID])
+    case blockedForAll([InboxID], Bool)
+    case welcomeChanged
     case memberLeft(InboxID)
     case roleChanged(InboxID, GroupRole)
     case profileChanged

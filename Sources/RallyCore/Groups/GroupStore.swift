@@ -237,7 +237,7 @@ extension LocalStore {
     func ingestGroupEntry(
         _ record: GroupRecord, seq: UInt64, epochKey: (UInt64, SymmetricKey)?, message: StoredMessage?,
         inviteSeed: SymmetricKey? = nil, ownCommit: (commitID: Data, rejection: String?)? = nil,
-        accessSecretChanged: Bool = false
+        accessSecretChanged: Bool = false, deletingMessagesOf senders: [InboxID] = []
     ) throws(LocalStoreError) -> Bool {
         try Self.checkSeq(seq)
         if accessSecretChanged { try saveAccessSecret(of: record) }
@@ -259,6 +259,13 @@ extension LocalStore {
             if let (epoch, _) = epochKey { try EpochKeyRecord.note(epoch: epoch, group: record.groupID, db) }
             if inviteSeed != nil { try InviteSeedRecord.note(group: record.groupID, db) }
             let inserted = try message.map { try MessageRecord.insert($0.namedByMemberRecord(in: record.state), db) }
+            // A removal "with messages": every member deletes them, in the
+            // same transaction as the commit that says so.
+            for sender in senders {
+                try db.execute(
+                    sql: "DELETE FROM message WHERE conversation = ? AND sender = ?",
+                    arguments: [record.groupID, sender.rawValue])
+            }
             try CursorRecord.advance(record.topic, to: seq, db)
             return inserted ?? false
         }

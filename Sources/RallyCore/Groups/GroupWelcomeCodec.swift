@@ -32,7 +32,9 @@ public struct GroupWelcomeCodec: ContentCodec {
     public func shouldPush(_ value: WireGroupWelcome) -> Bool { true }
 
     public func summary(of value: WireGroupWelcome) -> String {
-        "added you to the group \"\(value.snapshot.profile.name)\" (\(value.groupID))"
+        let added = "added you to the group \"\(value.snapshot.profile.name)\" (\(value.groupID))"
+        let welcome = value.snapshot.welcomeMessage
+        return welcome.isEmpty ? added : added + "\nWelcome message: " + welcome
     }
 
     /// The welcome carried by a stored message, if it is one.

@@ -174,6 +174,36 @@ public nonisolated struct WireGroupProfile: Sendable {
 
   public var description_p: String = String()
 
+  public var fullName: String = String()
+
+  /// Travels only inside sealed commits and welcomes, so it is encrypted
+  /// like any group content; at most 64 KiB.
+  public var image: WireGroupImage {
+    get {_image ?? WireGroupImage()}
+    set {_image = newValue}
+  }
+  /// Returns true if `image` has been explicitly set.
+  public var hasImage: Bool {self._image != nil}
+  /// Clears the value of `image`. Subsequent reads from it will return its default value.
+  public mutating func clearImage() {self._image = nil}
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+
+  fileprivate var _image: WireGroupImage? = nil
+}
+
+public nonisolated struct WireGroupImage: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  /// image/png, image/jpeg, image/gif or image/webp.
+  public var mediaType: String = String()
+
+  public var data: Data = Data()
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -310,6 +340,38 @@ public nonisolated struct WireGroupCommit: @unchecked Sendable {
     set {_uniqueStorage()._action = .explode(newValue)}
   }
 
+  public var changeRoles: WireChangeRoles {
+    get {
+      if case .changeRoles(let v)? = _storage._action {return v}
+      return WireChangeRoles()
+    }
+    set {_uniqueStorage()._action = .changeRoles(newValue)}
+  }
+
+  public var removeMembers: WireRemoveMembers {
+    get {
+      if case .removeMembers(let v)? = _storage._action {return v}
+      return WireRemoveMembers()
+    }
+    set {_uniqueStorage()._action = .removeMembers(newValue)}
+  }
+
+  public var blockMembers: WireBlockMembers {
+    get {
+      if case .blockMembers(let v)? = _storage._action {return v}
+      return WireBlockMembers()
+    }
+    set {_uniqueStorage()._action = .blockMembers(newValue)}
+  }
+
+  public var setWelcome: WireSetWelcomeMessage {
+    get {
+      if case .setWelcome(let v)? = _storage._action {return v}
+      return WireSetWelcomeMessage()
+    }
+    set {_uniqueStorage()._action = .setWelcome(newValue)}
+  }
+
   /// A fresh epoch key sealed to each member who keeps access. Required when
   /// someone loses access (remove, rekey after a leave); absent otherwise,
   /// and then the next key is derived from the current one.
@@ -349,6 +411,10 @@ public nonisolated struct WireGroupCommit: @unchecked Sendable {
     case setUpInvites(WireSetUpInvites)
     case rotateInviteTag(WireRotateInviteTag)
     case explode(WireExplodeGroup)
+    case changeRoles(WireChangeRoles)
+    case removeMembers(WireRemoveMembers)
+    case blockMembers(WireBlockMembers)
+    case setWelcome(WireSetWelcomeMessage)
 
   }
 
@@ -474,6 +540,71 @@ public nonisolated struct WireChangeRole: Sendable {
   public init() {}
 
   fileprivate var _inviteSeed: WireSealedEpochKey? = nil
+}
+
+/// One role for several members at once (the rules hold for each).
+public nonisolated struct WireChangeRoles: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var inboxIds: [String] = []
+
+  public var role: WireGroupRole = .unspecified
+
+  /// The invite seed sealed to each member promoted to admin or owner.
+  public var inviteSeeds: [WireSealedEpochKey] = []
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// Several members removed at once; one fresh key for those who remain.
+public nonisolated struct WireRemoveMembers: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var inboxIds: [String] = []
+
+  public var ban: Bool = false
+
+  /// Every member's client also deletes their messages in the group.
+  public var withMessages: Bool = false
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// Moderators and above hide (or show again) members' messages for every
+/// member: the block lives in the group state.
+public nonisolated struct WireBlockMembers: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var inboxIds: [String] = []
+
+  public var blocked: Bool = false
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// The owner's welcome message, shown to each new member.
+public nonisolated struct WireSetWelcomeMessage: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var text: String = String()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
 }
 
 public nonisolated struct WireLeaveGroup: Sendable {
@@ -747,6 +878,17 @@ public nonisolated struct WireGroupSnapshot: @unchecked Sendable {
     set {_uniqueStorage()._retiredInviteIdentities = newValue}
   }
 
+  /// Members blocked for all (inbox ids).
+  public var blocked: [String] {
+    get {_storage._blocked}
+    set {_uniqueStorage()._blocked = newValue}
+  }
+
+  public var welcomeMessage: String {
+    get {_storage._welcomeMessage}
+    set {_uniqueStorage()._welcomeMessage = newValue}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -1001,7 +1143,7 @@ nonisolated extension WireSignedGroupCommit: SwiftProtobuf.Message, SwiftProtobu
 
 nonisolated extension WireGroupProfile: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".GroupProfile"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}name\0\u{1}description\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}name\0\u{1}description\0\u{3}full_name\0\u{1}image\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1011,24 +1153,73 @@ nonisolated extension WireGroupProfile: SwiftProtobuf.Message, SwiftProtobuf._Me
       switch fieldNumber {
       case 1: try { try decoder.decodeSingularStringField(value: &self.name) }()
       case 2: try { try decoder.decodeSingularStringField(value: &self.description_p) }()
+      case 3: try { try decoder.decodeSingularStringField(value: &self.fullName) }()
+      case 4: try { try decoder.decodeSingularMessageField(value: &self._image) }()
       default: break
       }
     }
   }
 
   public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
     if !self.name.isEmpty {
       try visitor.visitSingularStringField(value: self.name, fieldNumber: 1)
     }
     if !self.description_p.isEmpty {
       try visitor.visitSingularStringField(value: self.description_p, fieldNumber: 2)
     }
+    if !self.fullName.isEmpty {
+      try visitor.visitSingularStringField(value: self.fullName, fieldNumber: 3)
+    }
+    try { if let v = self._image {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 4)
+    } }()
     try unknownFields.traverse(visitor: &visitor)
   }
 
   public static func ==(lhs: WireGroupProfile, rhs: WireGroupProfile) -> Bool {
     if lhs.name != rhs.name {return false}
     if lhs.description_p != rhs.description_p {return false}
+    if lhs.fullName != rhs.fullName {return false}
+    if lhs._image != rhs._image {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension WireGroupImage: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".GroupImage"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}media_type\0\u{1}data\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.mediaType) }()
+      case 2: try { try decoder.decodeSingularBytesField(value: &self.data) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.mediaType.isEmpty {
+      try visitor.visitSingularStringField(value: self.mediaType, fieldNumber: 1)
+    }
+    if !self.data.isEmpty {
+      try visitor.visitSingularBytesField(value: self.data, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: WireGroupImage, rhs: WireGroupImage) -> Bool {
+    if lhs.mediaType != rhs.mediaType {return false}
+    if lhs.data != rhs.data {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -1036,7 +1227,7 @@ nonisolated extension WireGroupProfile: SwiftProtobuf.Message, SwiftProtobuf._Me
 
 nonisolated extension WireGroupCommit: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".GroupCommit"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}group_id\0\u{1}epoch\0\u{3}commit_id\0\u{1}author\0\u{3}created_at_ms\0\u{3}parent_transcript\0\u{2}\u{4}create\0\u{3}add_member\0\u{3}remove_member\0\u{3}change_role\0\u{1}leave\0\u{3}update_profile\0\u{1}rekey\0\u{3}set_up_invites\0\u{3}rotate_invite_tag\0\u{1}explode\0\u{4}\u{b}epoch_keys\0\u{3}epoch_key_commitment\0\u{3}rotate_invites\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}group_id\0\u{1}epoch\0\u{3}commit_id\0\u{1}author\0\u{3}created_at_ms\0\u{3}parent_transcript\0\u{2}\u{4}create\0\u{3}add_member\0\u{3}remove_member\0\u{3}change_role\0\u{1}leave\0\u{3}update_profile\0\u{1}rekey\0\u{3}set_up_invites\0\u{3}rotate_invite_tag\0\u{1}explode\0\u{3}change_roles\0\u{3}remove_members\0\u{3}block_members\0\u{3}set_welcome\0\u{4}\u{7}epoch_keys\0\u{3}epoch_key_commitment\0\u{3}rotate_invites\0")
 
   fileprivate class _StorageClass {
     var _groupID: String = String()
@@ -1223,6 +1414,58 @@ nonisolated extension WireGroupCommit: SwiftProtobuf.Message, SwiftProtobuf._Mes
             _storage._action = .explode(v)
           }
         }()
+        case 20: try {
+          var v: WireChangeRoles?
+          var hadOneofValue = false
+          if let current = _storage._action {
+            hadOneofValue = true
+            if case .changeRoles(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._action = .changeRoles(v)
+          }
+        }()
+        case 21: try {
+          var v: WireRemoveMembers?
+          var hadOneofValue = false
+          if let current = _storage._action {
+            hadOneofValue = true
+            if case .removeMembers(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._action = .removeMembers(v)
+          }
+        }()
+        case 22: try {
+          var v: WireBlockMembers?
+          var hadOneofValue = false
+          if let current = _storage._action {
+            hadOneofValue = true
+            if case .blockMembers(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._action = .blockMembers(v)
+          }
+        }()
+        case 23: try {
+          var v: WireSetWelcomeMessage?
+          var hadOneofValue = false
+          if let current = _storage._action {
+            hadOneofValue = true
+            if case .setWelcome(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._action = .setWelcome(v)
+          }
+        }()
         case 30: try { try decoder.decodeRepeatedMessageField(value: &_storage._epochKeys) }()
         case 31: try { try decoder.decodeSingularBytesField(value: &_storage._epochKeyCommitment) }()
         case 32: try { try decoder.decodeSingularMessageField(value: &_storage._rotateInvites) }()
@@ -1296,6 +1539,22 @@ nonisolated extension WireGroupCommit: SwiftProtobuf.Message, SwiftProtobuf._Mes
       case .explode?: try {
         guard case .explode(let v)? = _storage._action else { preconditionFailure() }
         try visitor.visitSingularMessageField(value: v, fieldNumber: 19)
+      }()
+      case .changeRoles?: try {
+        guard case .changeRoles(let v)? = _storage._action else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 20)
+      }()
+      case .removeMembers?: try {
+        guard case .removeMembers(let v)? = _storage._action else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 21)
+      }()
+      case .blockMembers?: try {
+        guard case .blockMembers(let v)? = _storage._action else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 22)
+      }()
+      case .setWelcome?: try {
+        guard case .setWelcome(let v)? = _storage._action else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 23)
       }()
       case nil: break
       }
@@ -1533,6 +1792,151 @@ nonisolated extension WireChangeRole: SwiftProtobuf.Message, SwiftProtobuf._Mess
     if lhs.inboxID != rhs.inboxID {return false}
     if lhs.role != rhs.role {return false}
     if lhs._inviteSeed != rhs._inviteSeed {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension WireChangeRoles: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".ChangeRoles"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}inbox_ids\0\u{1}role\0\u{3}invite_seeds\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeRepeatedStringField(value: &self.inboxIds) }()
+      case 2: try { try decoder.decodeSingularEnumField(value: &self.role) }()
+      case 3: try { try decoder.decodeRepeatedMessageField(value: &self.inviteSeeds) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.inboxIds.isEmpty {
+      try visitor.visitRepeatedStringField(value: self.inboxIds, fieldNumber: 1)
+    }
+    if self.role != .unspecified {
+      try visitor.visitSingularEnumField(value: self.role, fieldNumber: 2)
+    }
+    if !self.inviteSeeds.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.inviteSeeds, fieldNumber: 3)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: WireChangeRoles, rhs: WireChangeRoles) -> Bool {
+    if lhs.inboxIds != rhs.inboxIds {return false}
+    if lhs.role != rhs.role {return false}
+    if lhs.inviteSeeds != rhs.inviteSeeds {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension WireRemoveMembers: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".RemoveMembers"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}inbox_ids\0\u{1}ban\0\u{3}with_messages\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeRepeatedStringField(value: &self.inboxIds) }()
+      case 2: try { try decoder.decodeSingularBoolField(value: &self.ban) }()
+      case 3: try { try decoder.decodeSingularBoolField(value: &self.withMessages) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.inboxIds.isEmpty {
+      try visitor.visitRepeatedStringField(value: self.inboxIds, fieldNumber: 1)
+    }
+    if self.ban != false {
+      try visitor.visitSingularBoolField(value: self.ban, fieldNumber: 2)
+    }
+    if self.withMessages != false {
+      try visitor.visitSingularBoolField(value: self.withMessages, fieldNumber: 3)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: WireRemoveMembers, rhs: WireRemoveMembers) -> Bool {
+    if lhs.inboxIds != rhs.inboxIds {return false}
+    if lhs.ban != rhs.ban {return false}
+    if lhs.withMessages != rhs.withMessages {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension WireBlockMembers: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".BlockMembers"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}inbox_ids\0\u{1}blocked\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeRepeatedStringField(value: &self.inboxIds) }()
+      case 2: try { try decoder.decodeSingularBoolField(value: &self.blocked) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.inboxIds.isEmpty {
+      try visitor.visitRepeatedStringField(value: self.inboxIds, fieldNumber: 1)
+    }
+    if self.blocked != false {
+      try visitor.visitSingularBoolField(value: self.blocked, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: WireBlockMembers, rhs: WireBlockMembers) -> Bool {
+    if lhs.inboxIds != rhs.inboxIds {return false}
+    if lhs.blocked != rhs.blocked {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension WireSetWelcomeMessage: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".SetWelcomeMessage"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}text\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.text) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.text.isEmpty {
+      try visitor.visitSingularStringField(value: self.text, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: WireSetWelcomeMessage, rhs: WireSetWelcomeMessage) -> Bool {
+    if lhs.text != rhs.text {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -1834,7 +2238,7 @@ nonisolated extension WireGroupMemberRecord: SwiftProtobuf.Message, SwiftProtobu
 
 nonisolated extension WireGroupSnapshot: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".GroupSnapshot"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}group_id\0\u{1}epoch\0\u{1}profile\0\u{1}members\0\u{3}needs_rekey\0\u{3}last_commit_id\0\u{3}applied_commit_ids\0\u{3}invite_identity\0\u{3}invite_tag\0\u{3}invite_uses\0\u{3}admitted_join_requests\0\u{1}banned\0\u{1}exploded\0\u{3}retired_invite_tags\0\u{1}transcript\0\u{3}invites_need_rotation\0\u{3}retired_invite_identities\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}group_id\0\u{1}epoch\0\u{1}profile\0\u{1}members\0\u{3}needs_rekey\0\u{3}last_commit_id\0\u{3}applied_commit_ids\0\u{3}invite_identity\0\u{3}invite_tag\0\u{3}invite_uses\0\u{3}admitted_join_requests\0\u{1}banned\0\u{1}exploded\0\u{3}retired_invite_tags\0\u{1}transcript\0\u{3}invites_need_rotation\0\u{3}retired_invite_identities\0\u{1}blocked\0\u{3}welcome_message\0")
 
   fileprivate class _StorageClass {
     var _groupID: String = String()
@@ -1854,6 +2258,8 @@ nonisolated extension WireGroupSnapshot: SwiftProtobuf.Message, SwiftProtobuf._M
     var _transcript: Data = Data()
     var _invitesNeedRotation: Bool = false
     var _retiredInviteIdentities: [WireKeyBundle] = []
+    var _blocked: [String] = []
+    var _welcomeMessage: String = String()
 
       // This property is used as the initial default value for new instances of the type.
       // The type itself is protecting the reference to its storage via CoW semantics.
@@ -1881,6 +2287,8 @@ nonisolated extension WireGroupSnapshot: SwiftProtobuf.Message, SwiftProtobuf._M
       _transcript = source._transcript
       _invitesNeedRotation = source._invitesNeedRotation
       _retiredInviteIdentities = source._retiredInviteIdentities
+      _blocked = source._blocked
+      _welcomeMessage = source._welcomeMessage
     }
   }
 
@@ -1916,6 +2324,8 @@ nonisolated extension WireGroupSnapshot: SwiftProtobuf.Message, SwiftProtobuf._M
         case 15: try { try decoder.decodeSingularBytesField(value: &_storage._transcript) }()
         case 16: try { try decoder.decodeSingularBoolField(value: &_storage._invitesNeedRotation) }()
         case 17: try { try decoder.decodeRepeatedMessageField(value: &_storage._retiredInviteIdentities) }()
+        case 18: try { try decoder.decodeRepeatedStringField(value: &_storage._blocked) }()
+        case 19: try { try decoder.decodeSingularStringField(value: &_storage._welcomeMessage) }()
         default: break
         }
       }
@@ -1979,6 +2389,12 @@ nonisolated extension WireGroupSnapshot: SwiftProtobuf.Message, SwiftProtobuf._M
       if !_storage._retiredInviteIdentities.isEmpty {
         try visitor.visitRepeatedMessageField(value: _storage._retiredInviteIdentities, fieldNumber: 17)
       }
+      if !_storage._blocked.isEmpty {
+        try visitor.visitRepeatedStringField(value: _storage._blocked, fieldNumber: 18)
+      }
+      if !_storage._welcomeMessage.isEmpty {
+        try visitor.visitSingularStringField(value: _storage._welcomeMessage, fieldNumber: 19)
+      }
     }
     try unknownFields.traverse(visitor: &visitor)
   }
@@ -2005,6 +2421,8 @@ nonisolated extension WireGroupSnapshot: SwiftProtobuf.Message, SwiftProtobuf._M
         if _storage._transcript != rhs_storage._transcript {return false}
         if _storage._invitesNeedRotation != rhs_storage._invitesNeedRotation {return false}
         if _storage._retiredInviteIdentities != rhs_storage._retiredInviteIdentities {return false}
+        if _storage._blocked != rhs_storage._blocked {return false}
+        if _storage._welcomeMessage != rhs_storage._welcomeMessage {return false}
         return true
       }
       if !storagesAreEqual {return false}

@@ -1,0 +1,254 @@
+import Foundation
+import RallyCrypto
+import RallyWire
+import Testing
+
+@testable import RallyCore
+
+/// The lifecycle commits (batch roles and removals, block for all, the
+/// welcome message, the profile) against the rules: a table of every action
+/// × actor role × target role, and the edges of each.
+@Suite("Group lifecycle rules")
+struct GroupLifecycleRulesTests {
+    typealias T = GroupTest
+
+    enum Action: Sendable, CustomStringConvertible {
+        case roles(GroupRole)
+        case remove
+        case block
+        case unblock
+        case welcome
+        case profile
+
+        static let all: [Action] =
+            GroupRole.allCases.map(Action.roles) + [.remove, .block, .unblock, .welcome, .profile]
+
+        var description: String {
+            switch self {
+            case .roles(let role): "role → \(role)"
+            case .remove: "remove"
+            case .block: "block"
+            case .unblock: "unblock"
+            case .welcome: "welcome"
+            case .profile: "profile"
+            }
+        }
+    }
+
+    /// What the seed's role rules say, written out independently of
+    /// `GroupRules`: nil when allowed, else the refusal.
+    static func expected(_ action: Action, actor: GroupRole, target: GroupRole) -> GroupRejection? {
+        func needs(_ role: GroupRole) -> GroupRejection? {
+            actor >= role ? nil : .insufficientRole(needed: role, actual: actor)
+        }
+        let outranked: GroupRejection? = target > actor ? .targetOutranksAuthor(Self.targetIdentity.inboxID) : nil
+        switch action {
+        case .roles(let role):
+            return needs(.admin) ?? (role > actor ? .insufficientRole(needed: role, actual: actor) : nil) ?? outranked
+        case .remove: return needs(.admin) ?? outranked
+        case .block, .unblock: return needs(.moderator) ?? outranked
+        case .welcome, .profile: return needs(.owner)
+        }
+    }
+
+    static let owner = T.identity("Olive")
+    static let actorIdentity = T.identity("Ann")
+    static let targetIdentity = T.identity("Tom")
+    static let bystander = T.identity("Bea")
+
+    /// Olive (owner) created the group; Ann has `actor`, Tom `target`, Bea
+    /// is a member.
+    static func world(actor: GroupRole, target: GroupRole) throws -> GroupState {
+        var state = GroupState(groupID: T.groupID)
+        try applied(&state, T.commit(T.create(), by: owner, on: state), by: owner)
+        for (identity, role) in [(actorIdentity, actor), (targetIdentity, target), (bystander, .member)] {
+            try applied(&state, T.commit(T.add(identity.publicIdentity, as: role), by: owner, on: state), by: owner)
+        }
+        return state
+    }
+
+    struct NotApplied: Error { let outcome: GroupOutcome }
+
+    static func applied(_ state: inout GroupState, _ commit: WireGroupCommit, by signer: Identity) throws {
+        let outcome = try state.apply(commit, signedBy: signer)
+        guard case .applied = outcome else { throw NotApplied(outcome: outcome) }
+    }
+
+    static func commit(_ action: Action, on state: GroupState) throws -> WireGroupCommit {
+        let target = [targetIdentity.inboxID]
+        switch action {
+        case .roles(let role): return T.commit(T.changeRoles(target, wireRole: role.wire), by: actorIdentity, on: state)
+        case .remove:
+            var commit = T.commit(T.removeMembers(target), by: actorIdentity, on: state)
+            try T.attachFreshKey(
+                to: &commit, for: state.sortedMembers.map(\.identity).filter { $0.inboxID != targetIdentity.inboxID })
+            return commit
+        case .block: return T.commit(T.block(target), by: actorIdentity, on: state)
+        case .unblock: return T.commit(T.block(target, false), by: actorIdentity, on: state)
+        case .welcome: return T.commit(T.welcome("Welcome, hikers!"), by: actorIdentity, on: state)
+        case .profile: return T.commit(T.updateProfile("Hikers II", "Longer walks"), by: actorIdentity, on: state)
+        }
+    }
+
+    struct Row: Sendable, CustomTestStringConvertible {
+        let action: Action
+        let actor: GroupRole
+        let target: GroupRole
+        var testDescription: String { "\(action) by \(actor) on \(target)" }
+    }
+
+    static let table: [Row] = Action.all.flatMap { action in
+        GroupRole.allCases.flatMap { actor in GroupRole.allCases.map { Row(action: action, actor: actor, target: $0) } }
+    }
+
+    @Test("every action × actor role × target role: applied exactly when the role rules allow it", arguments: table)
+    func rulesTable(_ row: Row) throws {
+        let state = try Self.world(actor: row.actor, target: row.target)
+        var next = state
+        let outcome = try next.apply(Self.commit(row.action, on: state), signedBy: Self.actorIdentity)
+        if let refusal = Self.expected(row.action, actor: row.actor, target: row.target) {
+            #expect(outcome == .rejected(refusal))
+            #expect(next == state)
+            return
+        }
+        guard case .applied = outcome else {
+            Issue.record("refused: \(outcome)")
+            return
+        }
+        let tom = Self.targetIdentity.inboxID
+        switch row.action {
+        case .roles(let role): #expect(next.role(of: tom) == role)
+        case .remove: #expect(next.members[tom] == nil && !next.blocked.contains(tom))
+        case .block: #expect(next.blocked == [tom])
+        case .unblock: #expect(next.blocked.isEmpty)
+        case .welcome: #expect(next.welcomeMessage == "Welcome, hikers!")
+        case .profile: #expect(next.profile.name == "Hikers II" && next.profile.description == "Longer walks")
+        }
+    }
+
+    @Test("a batch applies to every member it names at once, in one epoch")
+    func batchRolesAndRemovals() throws {
+        var state = try Self.world(actor: .admin, target: .member)
+        let tom = Self.targetIdentity.inboxID
+        let bea = Self.bystander.inboxID
+        let before = state.epoch
+        try Self.applied(
+            &state,
+            T.commit(T.changeRoles([tom, bea], wireRole: GroupRole.moderator.wire), by: Self.actorIdentity, on: state),
+            by: Self.actorIdentity)
+        #expect(state.role(of: tom) == .moderator && state.role(of: bea) == .moderator && state.epoch == before + 1)
+
+        var remove = T.commit(
+            T.removeMembers([tom, bea], ban: true, withMessages: true), by: Self.actorIdentity, on: state)
+        try T.attachFreshKey(to: &remove, for: [Self.owner.publicIdentity, Self.actorIdentity.publicIdentity])
+        var next = state
+        let outcome = try next.apply(remove, signedBy: Self.actorIdentity)
+        guard case .applied(let effects) = outcome else {
+            Issue.record("refused: \(outcome)")
+            return
+        }
+        #expect(effects.prefix(3) == [.memberRemoved(tom), .memberRemoved(bea), .messagesDeleted([tom, bea])])
+        #expect(next.members.count == 2 && next.banned == [tom, bea])
+    }
+
+    @Test("a batch that names a stranger, the author, someone twice, nobody or too many is refused whole")
+    func badBatches() throws {
+        let state = try Self.world(actor: .admin, target: .member)
+        let tom = Self.targetIdentity.inboxID
+        let stranger = T.identity("Xan").inboxID
+        let cases: [([InboxID], GroupRejection)] = [
+            ([tom, stranger], .notAMemberTarget(stranger)),
+            ([tom, Self.actorIdentity.inboxID], .cannotTargetSelf),
+            ([tom, tom], .invalidTarget("\(tom) is named twice")),
+            ([], .invalidTarget("the commit names no member")),
+            (
+                Array(repeating: tom, count: GroupRules.maxBatch + 1),
+                .invalidTarget("a commit names at most \(GroupRules.maxBatch) members")
+            ),
+        ]
+        for (targets, refusal) in cases {
+            var next = state
+            let commit = T.commit(
+                T.changeRoles(targets, wireRole: GroupRole.observer.wire), by: Self.actorIdentity, on: state)
+            #expect(try next.apply(commit, signedBy: Self.actorIdentity) == .rejected(refusal))
+            #expect(next == state)
+        }
+    }
+
+    @Test("a batch removal needs one fresh key sealed to exactly the members who remain")
+    func removalNeedsTheRightKey() throws {
+        let state = try Self.world(actor: .admin, target: .member)
+        let tom = Self.targetIdentity.inboxID
+        var noKey = state
+        #expect(
+            try noKey.apply(
+                T.commit(T.removeMembers([tom]), by: Self.actorIdentity, on: state), signedBy: Self.actorIdentity)
+                == .rejected(.missingEpochKeys))
+        var wrong = T.commit(T.removeMembers([tom]), by: Self.actorIdentity, on: state)
+        try T.attachFreshKey(to: &wrong, for: state.sortedMembers.map(\.identity))
+        var next = state
+        #expect(try next.apply(wrong, signedBy: Self.actorIdentity) == .rejected(.epochKeysMismatch))
+    }
+
+    @Test("block lives in the group state: it survives a welcome's snapshot and ends with the membership")
+    func blockIsGroupState() throws {
+        var state = try Self.world(actor: .moderator, target: .member)
+        let tom = Self.targetIdentity.inboxID
+        try Self.applied(&state, T.commit(T.block([tom]), by: Self.actorIdentity, on: state), by: Self.actorIdentity)
+        try Self.applied(&state, T.commit(T.welcome("Hello"), by: Self.owner, on: state), by: Self.owner)
+        let restored = try GroupState(
+            snapshot: FrameCodec.decode(WireGroupSnapshot.self, from: FrameCodec.encode(state.snapshot), limit: 1 << 20)
+        )
+        #expect(restored == state && restored.blocked == [tom] && restored.welcomeMessage == "Hello")
+        var remove = T.commit(T.remove(tom), by: Self.owner, on: state)
+        try T.attachFreshKey(to: &remove, for: state.sortedMembers.map(\.identity).filter { $0.inboxID != tom })
+        try Self.applied(&state, remove, by: Self.owner)
+        #expect(state.blocked.isEmpty)
+    }
+
+    @Test("a welcome message and a profile stay within their limits; an image must be an image of at most 64 KiB")
+    func limits() throws {
+        let state = try Self.world(actor: .owner, target: .member)
+        func refused(_ action: WireGroupCommit.OneOf_Action) throws -> GroupOutcome {
+            var next = state
+            return try next.apply(T.commit(action, by: Self.owner, on: state), signedBy: Self.owner)
+        }
+        #expect(
+            try refused(T.welcome(String(repeating: "w", count: GroupRules.maxWelcomeBytes + 1)))
+                == .rejected(.invalidProfile("the welcome message is longer than \(GroupRules.maxWelcomeBytes) bytes")))
+        func profile(_ image: GroupImage?, fullName: String = "") -> WireGroupCommit.OneOf_Action {
+            var update = WireUpdateProfile()
+            update.profile = GroupProfile(name: "Hikers", description: "", fullName: fullName, image: image).wire
+            return .updateProfile(update)
+        }
+        let big = GroupImage(mediaType: "image/png", data: Data(count: GroupImage.maxBytes + 1))
+        #expect(
+            try refused(profile(big))
+                == .rejected(
+                    .invalidProfile(
+                        "the image is \(GroupImage.maxBytes + 1) bytes; a group image is 1 to \(GroupImage.maxBytes) bytes"
+                    )))
+        let svg = GroupImage(mediaType: "image/svg+xml", data: Data("<svg/>".utf8))
+        guard case .rejected(.invalidProfile) = try refused(profile(svg)) else {
+            Issue.record("an SVG was accepted")
+            return
+        }
+        #expect(
+            try refused(profile(nil, fullName: String(repeating: "f", count: GroupRules.maxNameBytes + 1)))
+                == .rejected(.invalidProfile("the full name is longer than \(GroupRules.maxNameBytes) bytes")))
+        let png = try #require(GroupImage(sniffing: Data([0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A, 1, 2, 3])))
+        var next = state
+        try Self.applied(
+            &next, T.commit(profile(png, fullName: "The Sunday Hikers"), by: Self.owner, on: state), by: Self.owner)
+        #expect(next.profile.image == png && next.profile.fullName == "The Sunday Hikers")
+    }
+
+    @Test("an image's type is told by its first bytes, never by a name")
+    func sniffing() {
+        #expect(GroupImage(sniffing: Data([0xFF, 0xD8, 0xFF, 0xE0]))?.mediaType == "image/jpeg")
+        #expect(GroupImage(sniffing: Data("GIF89a....".utf8))?.mediaType == "image/gif")
+        #expect(GroupImage(sniffing: Data("RIFF\0\0\0\0WEBPVP8 ".utf8))?.mediaType == "image/webp")
+        #expect(GroupImage(sniffing: Data("<svg xmlns=".utf8)) == nil)
+        #expect(GroupImage(sniffing: Data()) == nil)
+    }
+}
