@@ -255,7 +255,7 @@ struct GroupCommand: AsyncParsableCommand {
             let members = record.state.sortedMembers.map {
                 MemberJSON(
                     inboxId: $0.inboxID.rawValue, name: $0.identity.displayName, role: $0.role.description,
-                    status: "active")
+                    status: record.state.blocked.contains($0.inboxID) ? "blocked" : "active")
             }
             if options.json {
                 options.output.emit(members) { "" }

@@ -126,6 +126,28 @@ struct GroupLifecycleRulesTests {
         }
     }
 
+    @Test(
+        "GroupPermissions answers what the rules decide, for every action × actor role × target role", arguments: table)
+    func permissionsAgreeWithTheRules(_ row: Row) throws {
+        let state = try Self.world(actor: row.actor, target: row.target)
+        var next = state
+        let outcome = try next.apply(Self.commit(row.action, on: state), signedBy: Self.actorIdentity)
+        let applied = if case .applied = outcome { true } else { false }
+        let permissions = GroupPermissions(of: Self.actorIdentity.inboxID, in: state)
+        let allowed: Bool
+        switch row.action {
+        case .roles(let role): allowed = permissions.canChangeRole(of: row.target, to: role)
+        case .remove: allowed = permissions.canRemove(row.target)
+        case .block, .unblock: allowed = permissions.canBlock(row.target)
+        case .welcome: allowed = permissions.canSetWelcomeMessage
+        case .profile: allowed = permissions.canEditProfile
+        }
+        #expect(allowed == applied, "\(outcome)")
+        if case .roles(let role) = row.action, row.target <= row.actor {
+            #expect(permissions.assignableRoles.contains(role) == applied)
+        }
+    }
+
     @Test("a batch applies to every member it names at once, in one epoch")
     func batchRolesAndRemovals() throws {
         var state = try Self.world(actor: .admin, target: .member)
