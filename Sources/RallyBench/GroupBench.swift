@@ -35,7 +35,142 @@ struct GroupBench: AsyncParsableCommand {
             let (build, apply) = try removalCost(members: size)
             Output.write(String(format: "%7d  %16.2f  %16.3f", size, build, apply))
         }
+        let lifecycle = try lifecycleCost(members: lifecycleMembers, batch: batch, commits: catchUpCommits)
+        Output.write(
+            "lifecycle in a \(lifecycleMembers)-member group (CPU only: build = draft, seal keys, sign; apply = verify, rules, state):"
+        )
+        Output.write(
+            String(
+                format: "  role change of %d members: build %.2f ms, apply %.2f ms", batch, lifecycle.rolesBuild,
+                lifecycle.rolesApply))
+        Output.write(
+            String(
+                format:
+                    "  removal of %d members (fresh key sealed to %d): build %.2f ms, apply %.2f ms (with opening the key)",
+                batch, lifecycleMembers - batch - 1, lifecycle.removalBuild, lifecycle.removalApply))
+        Output.write(
+            String(
+                format: "  an offline member catching up through %d lifecycle commits: %.1f ms (%.3f ms per commit)",
+                catchUpCommits, lifecycle.catchUp, lifecycle.catchUp / Double(catchUpCommits)))
         Output.write("relay peak memory (VmHWM): \(relay.peakMemoryKiB().map { "\($0 / 1024) MiB" } ?? "unknown")")
+    }
+
+    @Option(help: "Members of the group the lifecycle figures use.") var lifecycleMembers = 1000
+    @Option(help: "Members one batch role change or removal names.") var batch = 100
+    @Option(help: "Lifecycle commits an offline member catches up through.") var catchUpCommits = 1000
+
+    struct LifecycleCost {
+        var rolesBuild = 0.0
+        var rolesApply = 0.0
+        var removalBuild = 0.0
+        var removalApply = 0.0
+        var catchUp = 0.0
+    }
+
+    /// A group of `count` members built in memory; times a batch role
+    /// change and a batch removal of `batch` members (build and apply),
+    /// and applying `commits` lifecycle commits one after another, as a
+    /// member who was offline does.
+    private func lifecycleCost(members count: Int, batch: Int, commits: Int) throws -> LifecycleCost {
+        guard count > batch + 1, batch >= 1, commits >= 1 else {
+            throw ValidationError("--lifecycle-members must exceed --batch + 1")
+        }
+        let identities = (0..<count).map { Identity(displayName: "member-\($0)") }
+        let owner = identities[0]
+        var state = try Self.group(identities)
+        let targets = identities[1...batch].map(\.inboxID.rawValue)
+        let clock = ContinuousClock()
+        var cost = LifecycleCost()
+
+        var signed = WireSignedGroupCommit()
+        cost.rolesBuild = Self.milliseconds(
+            try clock.measure {
+                var roles = Self.commit(on: state, author: owner)
+                roles.changeRoles.inboxIds = targets
+                roles.changeRoles.role = .moderator
+                signed = try VerifiedGroupCommit.sign(roles, by: owner)
+            })
+        cost.rolesApply = Self.milliseconds(
+            try clock.measure {
+                var copy = state
+                guard case .applied = copy.apply(try VerifiedGroupCommit.verify(signed)) else {
+                    throw ValidationError("batch role change rejected")
+                }
+            })
+
+        cost.removalBuild = Self.milliseconds(
+            try clock.measure {
+                var remove = Self.commit(on: state, author: owner)
+                remove.removeMembers.inboxIds = targets
+                let removed = Set(targets)
+                let remaining = state.members.values.filter { !removed.contains($0.inboxID.rawValue) }.map(\.identity)
+                let key = EpochKeys.newKey()
+                remove.epochKeys = try EpochKeys.seal(
+                    key, to: remaining, groupID: state.groupID, epoch: state.epoch + 1)
+                remove.epochKeyCommitment = EpochKeys.commitment(to: key)
+                signed = try VerifiedGroupCommit.sign(remove, by: owner)
+            })
+        let stays = identities[count - 1]
+        cost.removalApply = Self.milliseconds(
+            try clock.measure {
+                var copy = state
+                let verified = try VerifiedGroupCommit.verify(signed)
+                guard case .applied = copy.apply(verified) else { throw ValidationError("batch removal rejected") }
+                _ = try EpochKeys.open(
+                    verified.commit.epochKeys, as: stays, groupID: state.groupID, epoch: copy.epoch,
+                    commitment: verified.commit.epochKeyCommitment)
+            })
+
+        // The commits a member misses while offline: roles, blocks,
+        // welcome messages and profile changes, in turn.
+        var log: [WireSignedGroupCommit] = []
+        var author = state
+        for index in 0..<commits {
+            var commit = Self.commit(on: author, author: owner)
+            let target = identities[1 + index % (count - 1)].inboxID.rawValue
+            switch index % 4 {
+            case 0:
+                commit.changeRoles.inboxIds = [target]
+                commit.changeRoles.role = index % 8 == 0 ? .moderator : .member
+            case 1:
+                commit.blockMembers.inboxIds = [target]
+                commit.blockMembers.blocked = index % 8 == 1
+            case 2: commit.setWelcome.text = "Welcome #\(index)"
+            default: commit.updateProfile.profile.name = "bench \(index)"
+            }
+            let signedCommit = try VerifiedGroupCommit.sign(commit, by: owner)
+            guard case .applied = author.apply(try VerifiedGroupCommit.verify(signedCommit)) else {
+                throw ValidationError("lifecycle commit \(index) rejected")
+            }
+            log.append(signedCommit)
+        }
+        cost.catchUp = Self.milliseconds(
+            try clock.measure {
+                for signedCommit in log {
+                    guard case .applied = state.apply(try VerifiedGroupCommit.verify(signedCommit)) else {
+                        throw ValidationError("catch-up commit rejected")
+                    }
+                }
+            })
+        return cost
+    }
+
+    /// A group of `identities` (the first the owner, the rest members),
+    /// built by applying its create and add commits.
+    static func group(_ identities: [Identity]) throws -> GroupState {
+        let owner = identities[0]
+        let groupID = Data((0..<16).map { _ in UInt8.random(in: 0...255) }).hexString
+        var state = GroupState(groupID: groupID)
+        var create = commit(on: state, author: owner)
+        create.create.profile.name = "bench"
+        _ = state.apply(try VerifiedGroupCommit.verify(VerifiedGroupCommit.sign(create, by: owner)))
+        for member in identities.dropFirst() {
+            var add = commit(on: state, author: owner)
+            add.addMember.member = member.publicIdentity.wireBundle
+            add.addMember.role = WireGroupRole.member
+            _ = state.apply(try VerifiedGroupCommit.verify(VerifiedGroupCommit.sign(add, by: owner)))
+        }
+        return state
     }
 
     struct FanOut {
@@ -149,17 +284,8 @@ struct GroupBench: AsyncParsableCommand {
     /// one member would.
     private func removalCost(members count: Int) throws -> (Double, Double) {
         let identities = (0..<count).map { Identity(displayName: "member-\($0)") }
-        let groupID = Data((0..<16).map { _ in UInt8.random(in: 0...255) }).hexString
-        var state = GroupState(groupID: groupID)
-        var create = Self.commit(on: state, author: identities[0])
-        create.create.profile.name = "bench"
-        _ = state.apply(try VerifiedGroupCommit.verify(VerifiedGroupCommit.sign(create, by: identities[0])))
-        for member in identities.dropFirst() {
-            var add = Self.commit(on: state, author: identities[0])
-            add.addMember.member = member.publicIdentity.wireBundle
-            add.addMember.role = WireGroupRole.member
-            _ = state.apply(try VerifiedGroupCommit.verify(VerifiedGroupCommit.sign(add, by: identities[0])))
-        }
+        let state = try Self.group(identities)
+        let groupID = state.groupID
         let clock = ContinuousClock()
         var signed = WireSignedGroupCommit()
         let buildTime = try clock.measure {
