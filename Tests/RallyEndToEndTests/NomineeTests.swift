@@ -353,4 +353,40 @@ struct NomineeTests {
         await owner.disconnect()
         await world.stop()
     }
+
+    @Test("a revocation whose key rotation fails leaves the nominee active; revoking again rotates, then revokes")
+    func revokeRetried() async throws {
+        let relay = try await TestRelay.start()
+        let homes = TemporaryDirectory("rally-nominee-retry")
+        func client(_ name: String) async throws -> RallyClient {
+            try await RallyClient.create(
+                home: homes.path(name), relayURL: relay.url, displayName: name, logger: TestLogger.quiet)
+        }
+        let owner = try await client("owner")
+        let nominee = try await client("nominee")
+        let vault = try await owner.createVault(name: "Family Papers")
+        let sent = try await owner.inviteNominee(to: vault.id, invitee: nominee.inboxID, name: "Sam")
+        _ = try await nominee.acceptVaultInvitation(sent.link)
+        _ = try await owner.confirmNominee("Sam", of: vault.id)
+
+        // The relay is gone while the owner revokes: the key cannot move,
+        // so Sam is not marked revoked either.
+        await relay.stopKeepingData()
+        await #expect(throws: RallyClientError.self) { try await owner.revokeNominee("Sam", of: vault.id) }
+        #expect(try owner.nominees.nominees(vault: vault.id).map(\.status) == [.active])
+
+        let restarted = try await TestRelay.start(port: relay.relay.port, directory: relay.directory)
+        let revoked = try await owner.revokeNominee("Sam", of: vault.id)
+        #expect(revoked.status == .revoked)
+        let file = homes.path("codicil.txt")
+        try Data("the codicil".utf8).write(to: file)
+        _ = try await owner.addDocument(to: vault.id, file: file)
+        await #expect(throws: RallyClientError.vault(.accessRevoked(vault: "Family Papers"))) {
+            try await nominee.documents(in: vault.id)
+        }
+        await owner.disconnect()
+        await nominee.disconnect()
+        await restarted.stop()
+        homes.remove()
+    }
 }

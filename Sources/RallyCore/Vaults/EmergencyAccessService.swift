@@ -65,10 +65,14 @@ struct EmergencyAccessService: Sendable {
         }
     }
 
-    /// Deletes the nominee's escrow, if they have one.
+    /// Deletes the nominee's escrow, if they have one (again after a
+    /// crash: an escrow whose seed is gone was deleted already).
     func close(for nominee: NomineeRecord) async throws(RallyClientError) {
-        guard let escrowID = nominee.escrowID else { return }
-        let keys = try escrowKeys(for: nominee)
+        guard let escrowID = nominee.escrowID,
+            try context.stored({ () throws(LocalStoreError) in try context.store.secret(.escrowSeed(escrowID)) })
+                != nil
+        else { return }
+        let keys = try escrowKeys(for: nominee, creating: false)
         try await withEscrows { escrows throws(RallyClientError) in
             try await escrows.delete(escrowID, owner: keys.owner)
         }

@@ -129,9 +129,11 @@ struct NomineeService: Sendable {
         // not tell the owner whether it released it.
         let hadKey = nominee.nomineeStatus == .active
         try await emergency.close(for: nominee)
+        // The key moves before the nominee is marked revoked: a rotation
+        // that fails leaves them active, and running revoke again rotates.
+        if hadKey { try await vaults.rotate(vault.id) }
         try setStatus(.revoked, of: nominee.id)
         if hadKey {
-            try await vaults.rotate(vault.id)
             let grant = try vaults.currentGrant(vault.id)
             let others = try context.stored { () throws(LocalStoreError) in
                 try context.store.read { db in
