@@ -30,6 +30,7 @@ struct DemoCommand: AsyncParsableCommand {
         do {
             try await walkThrough(relayURL: relay.url, root: root, logger: quiet)
             try await vaultWalkThrough(relayURL: relay.url, root: root, logger: quiet)
+            try await lifecycleWalkThrough(relayURL: relay.url, root: root, logger: quiet)
         } catch {
             await relay.stop()
             throw error
@@ -227,6 +228,48 @@ struct DemoCommand: AsyncParsableCommand {
         }
         await olga.disconnect()
         await sam.disconnect()
+    }
+
+    /// The group lifecycle: a welcome message, roles in batch, block for
+    /// all, leave.
+    private func lifecycleWalkThrough(relayURL: URL, root: URL, logger: Logger) async throws {
+        func user(_ name: String) async throws -> RallyClient {
+            try await RallyClient.create(
+                home: root.appendingPathComponent("hikers-" + name.lowercased()), relayURL: relayURL, displayName: name,
+                logger: logger)
+        }
+        let (olive, ann, bob, cy) = (
+            try await user("Olive"), try await user("Ann"), try await user("Bob"), try await user("Cy")
+        )
+        let group = try await olive.createGroup(
+            name: "Hikers", description: "Sunday walks", fullName: "The Sunday Hikers")
+        try await olive.setWelcomeMessage("Boots on, phones off.", in: group.groupID)
+        say("olive      created \"Hikers\" (The Sunday Hikers) with a welcome message")
+        for member in [ann, bob, cy] {
+            _ = try await olive.addMember(member.inboxID, to: group.groupID)
+            _ = try await member.syncInbox()
+        }
+        let welcome = try await ann.group(group.groupID).state.welcomeMessage
+        say("ann        joined and sees the welcome message: \"\(welcome)\"")
+        _ = try await olive.changeRoles(of: [ann.inboxID, bob.inboxID], to: .moderator, in: group.groupID)
+        say("olive      made ann and bob moderators in one change")
+        _ = try await ann.syncGroup(group.groupID)
+        _ = try await cy.sendGroupText("buy cheap boots at …", to: group.groupID)
+        try await ann.blockMembers([cy.inboxID], in: group.groupID)
+        say("ann        blocked cy for all")
+        _ = try await bob.syncGroup(group.groupID)
+        for message in try await bob.groupMessages(in: group.groupID) {
+            say("bob        ← Hikers/\(message.senderName): \(message.displayText)")
+        }
+        do {
+            try await olive.leaveGroup(group.groupID)
+        } catch {
+            say("olive      tries to leave: \(error)")
+        }
+        _ = try await bob.syncGroup(group.groupID)
+        try await bob.leaveGroup(group.groupID)
+        say("bob        left: his history stays on his device; the others move to a key he never gets")
+        for client in [olive, ann, bob, cy] { await client.disconnect() }
     }
 
     private func say(_ line: String) {

@@ -144,13 +144,20 @@ struct CLITests {
         // The vault scene.
         #expect(result.stdout.contains("sam        taps Accept: ✅ Vault Access Accepted"))
         #expect(result.stdout.contains("sam        read deed.txt: \"The house goes to Sam.\""))
-        #expect(result.stdout.contains("sam        cannot read codicil.txt: the owner of vault \"Family Papers\" revoked your access"))
+        #expect(
+            result.stdout.contains(
+                "sam        cannot read codicil.txt: the owner of vault \"Family Papers\" revoked your access"))
         for type in [
             "single_use_consumed", "invite_revoked", "generic_failure", "conversation_expired",
             "conversation_not_found",
         ] {
             #expect(result.stdout.contains("join failed [\(type)]"), "no \(type) in the demo")
         }
+        #expect(result.stdout.contains("ann        joined and sees the welcome message: \"Boots on, phones off.\""))
+        #expect(result.stdout.contains("bob        ← Hikers/Cy: 🚫 blocked by an admin"))
+        #expect(
+            result.stdout.contains(
+                "olive      tries to leave: the group refused the change: the last owner cannot leave"))
         #expect(
             result.stdout.contains(
                 "mallory    forged an invite: failed (the invite was not made by an admin of this group); nobody is blocked for an invite someone else signed"
