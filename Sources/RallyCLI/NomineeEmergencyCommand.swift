@@ -13,82 +13,86 @@ struct EmergencyCommand: AsyncParsableCommand {
             "A nominee invited with --emergency-wait and confirmed may ask for the vault (`request`); the owner is told and can `approve` (at once) or `reject`. Without an answer the relay releases the key when the wait ends, even with the owner offline; `check` installs it.",
         subcommands: [Request.self, Check.self, Status.self, Approve.self, Reject.self])
 
+    /// The vault a nominee names (their side).
+    struct NomineeSide: ParsableArguments {
+        @Argument(help: "The vault's name or id, or the invitation's id.") var vault: String
+    }
+
+    /// The vault and nominee an owner names.
+    struct OwnerSide: ParsableArguments {
+        @Argument(help: "The vault's name or id.") var vault: String
+        @Argument(help: "The nominee's name, inbox id or id.") var nominee: String
+    }
+
     struct Request: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Ask for emergency access to a vault you are a nominee of (the owner is told).")
-
         @OptionGroup var options: ClientOptions
-        @Argument(help: "The vault's name or id, or the invitation's id.") var vault: String
+        @OptionGroup var side: NomineeSide
 
         func run() async throws {
-            let client = try options.openClient()
-            let status = try await client.requestEmergencyAccess(vault)
-            await client.disconnect()
-            options.output.emit(status) { EmergencyCommand.human(status, nominee: true) }
+            try await EmergencyCommand.show(options, nominee: true) { try await $0.requestEmergencyAccess(side.vault) }
         }
     }
 
     struct Check: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "See whether your emergency access was granted; installs the vault key when it was.")
-
         @OptionGroup var options: ClientOptions
-        @Argument(help: "The vault's name or id, or the invitation's id.") var vault: String
+        @OptionGroup var side: NomineeSide
 
         func run() async throws {
-            let client = try options.openClient()
-            let status = try await client.checkEmergencyAccess(vault)
-            await client.disconnect()
-            options.output.emit(status) { EmergencyCommand.human(status, nominee: true) }
+            try await EmergencyCommand.show(options, nominee: true) { try await $0.checkEmergencyAccess(side.vault) }
         }
     }
 
     struct Status: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Where a nominee's emergency access stands (owner).")
-
         @OptionGroup var options: ClientOptions
-        @Argument(help: "The vault's name or id.") var vault: String
-        @Argument(help: "The nominee's name, inbox id or id.") var nominee: String
+        @OptionGroup var side: OwnerSide
 
         func run() async throws {
-            let client = try options.openClient()
-            let status = try await client.emergencyAccess(of: nominee, in: vault)
-            await client.disconnect()
-            options.output.emit(status) { EmergencyCommand.human(status, nominee: false) }
+            try await EmergencyCommand.show(options, nominee: false) {
+                try await $0.emergencyAccess(of: side.nominee, in: side.vault)
+            }
         }
     }
 
     struct Approve: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Approve a nominee's request: the relay releases the vault key at once.")
-
         @OptionGroup var options: ClientOptions
-        @Argument(help: "The vault's name or id.") var vault: String
-        @Argument(help: "The nominee's name, inbox id or id.") var nominee: String
+        @OptionGroup var side: OwnerSide
 
         func run() async throws {
-            let client = try options.openClient()
-            let status = try await client.approveEmergencyAccess(of: nominee, in: vault)
-            await client.disconnect()
-            options.output.emit(status) { EmergencyCommand.human(status, nominee: false) }
+            try await EmergencyCommand.show(options, nominee: false) {
+                try await $0.approveEmergencyAccess(of: side.nominee, in: side.vault)
+            }
         }
     }
 
     struct Reject: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Reject a nominee's request: the relay never releases the key for it.")
-
         @OptionGroup var options: ClientOptions
-        @Argument(help: "The vault's name or id.") var vault: String
-        @Argument(help: "The nominee's name, inbox id or id.") var nominee: String
+        @OptionGroup var side: OwnerSide
 
         func run() async throws {
-            let client = try options.openClient()
-            let status = try await client.rejectEmergencyAccess(of: nominee, in: vault)
-            await client.disconnect()
-            options.output.emit(status) { EmergencyCommand.human(status, nominee: false) }
+            try await EmergencyCommand.show(options, nominee: false) {
+                try await $0.rejectEmergencyAccess(of: side.nominee, in: side.vault)
+            }
         }
+    }
+
+    /// Runs one emergency-access call and prints where access stands.
+    static func show(
+        _ options: ClientOptions, nominee: Bool, _ call: (RallyClient) async throws -> EmergencyAccessStatus
+    ) async throws {
+        let client = try options.openClient()
+        let status = try await call(client)
+        await client.disconnect()
+        options.output.emit(status) { human(status, nominee: nominee) }
     }
 
     static func human(_ status: EmergencyAccessStatus, nominee: Bool) -> String {

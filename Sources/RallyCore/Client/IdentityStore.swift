@@ -103,7 +103,7 @@ extension LocalStore {
         do {
             identity = try Identity(
                 signingKeyBytes: signing, agreementKeyBytes: agreement, displayName: record.displayName,
-                createdAt: Date(timeIntervalSince1970: Double(record.createdAtMs) / 1000))
+                createdAt: Date(milliseconds: record.createdAtMs))
         } catch {
             throw .corrupt("stored identity: \(error)")
         }

@@ -61,3 +61,16 @@ public struct TextCodec: ContentCodec {
     public func shouldPush(_ value: String) -> Bool { true }
     public func summary(of value: String) -> String { value }
 }
+
+extension ContentError {
+    /// Runs the decoding of a content of `type`; a failure is `.malformed`.
+    static func decoding<M>(
+        _ type: ContentTypeID, _ decode: () throws(FrameDecodingError) -> M
+    ) throws(ContentError) -> M {
+        do {
+            return try decode()
+        } catch {
+            throw .malformed(contentType: type.description, reason: error.description)
+        }
+    }
+}

@@ -29,7 +29,7 @@ public struct InboxProcessor: Sendable {
                 outgoing: false,
                 sender: verified.sender.inboxID,
                 senderName: verified.sender.displayName,
-                sentAt: Date(timeIntervalSince1970: Double(verified.body.sentAtMs) / 1000),
+                sentAt: Date(milliseconds: verified.body.sentAtMs),
                 receivedAt: receivedAt,
                 topic: envelope.topic,
                 seq: envelope.seq,

@@ -76,8 +76,8 @@ struct MessageRecord: Codable, FetchableRecord, PersistableRecord {
     func message() throws -> StoredMessage {
         StoredMessage(
             id: id, conversation: conversation, outgoing: outgoing, sender: try InboxID(validating: sender),
-            senderName: senderName, sentAt: Date(timeIntervalSince1970: Double(sentAtMs) / 1000),
-            receivedAt: Date(timeIntervalSince1970: Double(receivedAtMs) / 1000), topic: topic,
+            senderName: senderName, sentAt: Date(milliseconds: sentAtMs),
+            receivedAt: Date(milliseconds: receivedAtMs), topic: topic,
             seq: seq.map { UInt64(max(0, $0)) }, contentType: contentType, encodedContent: content,
             displayText: displayText, isKnownType: knownType)
     }

@@ -246,7 +246,7 @@ struct GroupLogProcessor {
             id: verified.messageID.hexString, conversation: record.groupID,
             outgoing: verified.sender.inboxID == identity.inboxID, sender: verified.sender.inboxID,
             senderName: member.identity.displayName,
-            sentAt: Date(timeIntervalSince1970: Double(verified.body.sentAtMs) / 1000), receivedAt: receivedAt,
+            sentAt: Date(milliseconds: verified.body.sentAtMs), receivedAt: receivedAt,
             topic: envelope.topic, seq: seq, contentType: decoded.contentType.description,
             encodedContent: FrameCodec.encode(content), displayText: decoded.displayText, isKnownType: decoded.isKnown)
         return Result(record: record, event: .message(message))

@@ -132,9 +132,8 @@ enum GroupRules {
     enum Mutation: Equatable {
         case create(GroupProfile)
         case add(PublicIdentity, GroupRole, Admission?)
-        case remove(InboxID, ban: Bool)
+        /// A single removal or role change is a batch of one.
         case removeMany([InboxID], ban: Bool, withMessages: Bool)
-        case setRole(InboxID, GroupRole)
         case setRoles([InboxID], GroupRole)
         case block([InboxID], Bool)
         case setWelcome(String)
@@ -186,10 +185,7 @@ enum GroupRules {
         // Admins who lose their rights with this commit.
         var losing: [InboxID] = []
         switch change.mutation {
-        case .remove(let inbox, _): losing = [inbox]
         case .removeMany(let inboxes, _, _): losing = inboxes
-        case .setRole(let inbox, let role) where role < .admin: losing = [inbox]
-        case .setRole(let inbox, _): admins.insert(inbox)
         case .setRoles(let inboxes, let role) where role < .admin: losing = inboxes
         case .setRoles(let inboxes, _): admins.formUnion(inboxes)
         case .leave(let inbox) where admins.contains(inbox): change.leaverWasAdmin = true
@@ -297,7 +293,7 @@ enum GroupRules {
             if let problem = keysFor(remaining: remaining) { return .failure(problem) }
             return .success(
                 Change(
-                    mutation: .remove(member.inboxID, ban: remove.ban), rekeys: true,
+                    mutation: .removeMany([member.inboxID], ban: remove.ban, withMessages: false), rekeys: true,
                     effects: [.memberRemoved(member.inboxID)]))
 
         case .changeRole(let change)?:
@@ -317,7 +313,7 @@ enum GroupRules {
                     else { return .failure(.inviteSeedsMismatch) }
                     effects.append(.inviteSeedShared(change.inviteSeed))
                 }
-                return .success(Change(mutation: .setRole(member.inboxID, role), rekeys: false, effects: effects))
+                return .success(Change(mutation: .setRoles([member.inboxID], role), rekeys: false, effects: effects))
             }
 
         case .leave?:

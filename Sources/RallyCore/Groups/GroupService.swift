@@ -238,7 +238,7 @@ struct GroupService: Sendable {
         }
         return try await seal(
             content, messageID: item.idempotencyKey,
-            sentAt: Date(timeIntervalSince1970: Double(item.queuedAtMs) / 1000),
+            sentAt: Date(milliseconds: item.queuedAtMs),
             into: groupID)
     }
 

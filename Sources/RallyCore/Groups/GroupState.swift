@@ -110,18 +110,12 @@ public struct GroupState: Sendable, Equatable {
                 // An admin adding someone by hand lifts a ban.
                 banned.remove(identity.inboxID)
             }
-        case .remove(let inbox, let ban):
-            members[inbox] = nil
-            blocked.remove(inbox)
-            if ban { banned.insert(inbox) }
         case .removeMany(let inboxes, let ban, _):
             for inbox in inboxes {
                 members[inbox] = nil
                 blocked.remove(inbox)
                 if ban { banned.insert(inbox) }
             }
-        case .setRole(let inbox, let role):
-            members[inbox]?.role = role
         case .setRoles(let inboxes, let role):
             for inbox in inboxes { members[inbox]?.role = role }
         case .block(let inboxes, let isBlocked):

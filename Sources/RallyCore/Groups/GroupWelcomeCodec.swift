@@ -17,11 +17,8 @@ public struct GroupWelcomeCodec: ContentCodec {
     }
 
     public func decode(_ content: WireEncodedContent) throws(ContentError) -> WireGroupWelcome {
-        do {
-            return try FrameCodec.decode(
-                WireGroupWelcome.self, from: content.content, limit: WireLimits.maxPayloadBytes)
-        } catch {
-            throw .malformed(contentType: contentType.description, reason: error.description)
+        try ContentError.decoding(contentType) { () throws(FrameDecodingError) in
+            try FrameCodec.decode(WireGroupWelcome.self, from: content.content, limit: WireLimits.maxPayloadBytes)
         }
     }
 

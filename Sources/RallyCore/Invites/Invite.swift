@@ -14,7 +14,7 @@ public struct Invite: Sendable, Equatable {
     public var tag: Data { payload.inviteTag }
     public var tagText: String { payload.inviteTag.hexString }
     public var expiresAt: Date? {
-        payload.expiresAtMs == 0 ? nil : Date(timeIntervalSince1970: Double(payload.expiresAtMs) / 1000)
+        payload.expiresAtMs == 0 ? nil : Date(milliseconds: payload.expiresAtMs)
     }
 
     public static func sign(_ payload: WireInvitePayload, by issuer: Identity) -> WireSignedInvite {

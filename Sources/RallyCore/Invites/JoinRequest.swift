@@ -25,10 +25,8 @@ public struct JoinRequestCodec: ContentCodec {
         guard content.content.count <= Self.maxBodyBytes else {
             throw .tooLarge(size: content.content.count, limit: Self.maxBodyBytes)
         }
-        do {
-            return try FrameCodec.decode(WireJoinRequest.self, from: content.content, limit: Self.maxBodyBytes)
-        } catch {
-            throw .malformed(contentType: contentType.description, reason: error.description)
+        return try ContentError.decoding(contentType) { () throws(FrameDecodingError) in
+            try FrameCodec.decode(WireJoinRequest.self, from: content.content, limit: Self.maxBodyBytes)
         }
     }
 

@@ -56,11 +56,14 @@ struct EmergencyAccessService: Sendable {
                 ).fetchAll(db)
             }
         }
-        for nominee in nominees {
-            let keys = try escrowKeys(for: nominee)
-            let sealed = try await sealedGrant(grant, to: nominee)
-            _ = try await withEscrows { escrows throws(RallyClientError) in
-                try await escrows.replaceGrant(keys.id, sealedGrant: sealed, owner: keys.owner)
+        guard !nominees.isEmpty else { return }
+        // One link for all of them: a vault with many emergency nominees
+        // re-seals over one connection.
+        try await withEscrows { escrows throws(RallyClientError) in
+            for nominee in nominees {
+                let keys = try escrowKeys(for: nominee, creating: false)
+                let sealed = try await sealedGrant(grant, to: nominee)
+                _ = try await escrows.replaceGrant(keys.id, sealedGrant: sealed, owner: keys.owner)
             }
         }
     }

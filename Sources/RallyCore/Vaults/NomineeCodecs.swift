@@ -13,11 +13,8 @@ public struct VaultInvitationCodec: ContentCodec {
     }
 
     public func decode(_ content: WireEncodedContent) throws(ContentError) -> WireVaultInvitation {
-        do {
-            return try FrameCodec.decode(
-                WireVaultInvitation.self, from: content.content, limit: WireLimits.maxPayloadBytes)
-        } catch {
-            throw .malformed(contentType: contentType.description, reason: error.description)
+        try ContentError.decoding(contentType) { () throws(FrameDecodingError) in
+            try FrameCodec.decode(WireVaultInvitation.self, from: content.content, limit: WireLimits.maxPayloadBytes)
         }
     }
 
@@ -45,11 +42,9 @@ public struct VaultInvitationResponseCodec: ContentCodec {
     }
 
     public func decode(_ content: WireEncodedContent) throws(ContentError) -> WireVaultInvitationResponse {
-        do {
-            return try FrameCodec.decode(
+        try ContentError.decoding(contentType) { () throws(FrameDecodingError) in
+            try FrameCodec.decode(
                 WireVaultInvitationResponse.self, from: content.content, limit: WireLimits.maxPayloadBytes)
-        } catch {
-            throw .malformed(contentType: contentType.description, reason: error.description)
         }
     }
 
@@ -74,11 +69,8 @@ public struct VaultAccessCodec: ContentCodec {
     }
 
     public func decode(_ content: WireEncodedContent) throws(ContentError) -> WireVaultAccessUpdate {
-        do {
-            return try FrameCodec.decode(
-                WireVaultAccessUpdate.self, from: content.content, limit: WireLimits.maxPayloadBytes)
-        } catch {
-            throw .malformed(contentType: contentType.description, reason: error.description)
+        try ContentError.decoding(contentType) { () throws(FrameDecodingError) in
+            try FrameCodec.decode(WireVaultAccessUpdate.self, from: content.content, limit: WireLimits.maxPayloadBytes)
         }
     }
 
@@ -116,11 +108,9 @@ public struct VaultEmergencyRequestCodec: ContentCodec {
     }
 
     public func decode(_ content: WireEncodedContent) throws(ContentError) -> WireVaultEmergencyRequest {
-        do {
-            return try FrameCodec.decode(
+        try ContentError.decoding(contentType) { () throws(FrameDecodingError) in
+            try FrameCodec.decode(
                 WireVaultEmergencyRequest.self, from: content.content, limit: WireLimits.maxPayloadBytes)
-        } catch {
-            throw .malformed(contentType: contentType.description, reason: error.description)
         }
     }
 

@@ -92,10 +92,8 @@ struct NomineeService: Sendable {
     ) async throws(RallyClientError)
         -> NomineeSummary
     {
-        let vault = try vaults.resolve(vaultText)
-        guard vault.isOwner else { throw .vault(.notOwner(vault: vault.name)) }
         try expireOverdue()
-        let nominee = try resolveNominee(nomineeText, in: vault)
+        let (vault, nominee) = try ownedNominee(vault: vaultText, nominee: nomineeText)
         guard nominee.nomineeStatus == .accepted else {
             throw .vault(.nomineeNotReady(name: nominee.name, status: nominee.nomineeStatus, action: "confirmed"))
         }
@@ -121,9 +119,7 @@ struct NomineeService: Sendable {
     ) async throws(RallyClientError)
         -> NomineeSummary
     {
-        let vault = try vaults.resolve(vaultText)
-        guard vault.isOwner else { throw .vault(.notOwner(vault: vault.name)) }
-        let nominee = try resolveNominee(nomineeText, in: vault)
+        let (vault, nominee) = try ownedNominee(vault: vaultText, nominee: nomineeText)
         guard nominee.nomineeStatus != .revoked else { return nominee.summary }
         // An emergency nominee may hold the key already: the relay does
         // not tell the owner whether it released it.
@@ -158,7 +154,7 @@ struct NomineeService: Sendable {
     ) async throws(RallyClientError)
         -> EmergencyAccessStatus
     {
-        let (vault, nominee) = try ownedNominee(vault: vaultText, nominee: nomineeText)
+        let (vault, nominee) = try emergencyNominee(vault: vaultText, nominee: nomineeText)
         return try await emergency.status(of: nominee, vaultName: vault.name)
     }
 
@@ -167,7 +163,7 @@ struct NomineeService: Sendable {
     func decideEmergency(
         vault vaultText: String, nominee nomineeText: String, approve: Bool
     ) async throws(RallyClientError) -> EmergencyAccessStatus {
-        let (vault, nominee) = try ownedNominee(vault: vaultText, nominee: nomineeText)
+        let (vault, nominee) = try emergencyNominee(vault: vaultText, nominee: nomineeText)
         guard nominee.nomineeStatus == .active else {
             throw .vault(
                 .nomineeNotReady(
@@ -181,7 +177,14 @@ struct NomineeService: Sendable {
     ) throws(RallyClientError) -> (VaultRecord, NomineeRecord) {
         let vault = try vaults.resolve(vaultText)
         guard vault.isOwner else { throw .vault(.notOwner(vault: vault.name)) }
-        let nominee = try resolveNominee(nomineeText, in: vault)
+        return (vault, try resolveNominee(nomineeText, in: vault))
+    }
+
+    /// A nominee offered emergency access, of a vault this home owns.
+    private func emergencyNominee(
+        vault vaultText: String, nominee nomineeText: String
+    ) throws(RallyClientError) -> (VaultRecord, NomineeRecord) {
+        let (vault, nominee) = try ownedNominee(vault: vaultText, nominee: nomineeText)
         guard nominee.emergencyWaitMs > 0 else { throw .vault(.noEmergencyAccess(vault: vault.name)) }
         return (vault, nominee)
     }

@@ -100,7 +100,7 @@ struct VaultService: Sendable {
         }
         return VaultDocumentSummary(
             id: documentID, name: name, size: uploaded.plaintextSize,
-            addedAt: Date(timeIntervalSince1970: Double(addedAt) / 1000))
+            addedAt: Date(milliseconds: addedAt))
     }
 
     /// The vault's documents, after reading its log.

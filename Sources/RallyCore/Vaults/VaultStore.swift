@@ -122,7 +122,7 @@ struct VaultDocumentRecord: Codable, FetchableRecord, PersistableRecord, Sendabl
 
     var summary: VaultDocumentSummary {
         VaultDocumentSummary(
-            id: documentID, name: name, size: size, addedAt: Date(timeIntervalSince1970: Double(addedAtMs) / 1000))
+            id: documentID, name: name, size: size, addedAt: Date(milliseconds: addedAtMs))
     }
 }
 
