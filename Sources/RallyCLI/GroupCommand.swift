@@ -8,7 +8,7 @@ struct GroupCommand: AsyncParsableCommand {
         commandName: "group", abstract: "End-to-end encrypted groups with roles.",
         subcommands: [
             Create.self, Add.self, Remove.self, Send.self, Read.self, Members.self, List.self, Explode.self,
-            Profile.self, Role.self, Block.self, Unblock.self, Welcome.self, Leave.self,
+            Profile.self, Role.self, Block.self, Unblock.self, Welcome.self, Leave.self, Delete.self,
         ])
 
     struct GroupJSON: Encodable {

@@ -112,6 +112,26 @@ extension GroupCommand {
         }
     }
 
+    struct Delete: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Delete a group (owner): every member is told and it is removed everywhere.",
+            discussion:
+                "Members drop its messages and keys; the relay deletes its data and keeps only a tombstone, so members who were away learn it too. Later joins are told the group was not found. Run it again if the relay could not be reached."
+        )
+        @OptionGroup var options: ClientOptions
+        @Argument(help: "Group id (or a unique prefix, or the name).") var group: String
+
+        func run() async throws {
+            let client = try GroupCommand.open(options)
+            try await client.deleteGroup(group)
+            let record = try await client.group(group)
+            await client.disconnect()
+            options.output.emit(GroupJSON(record, me: client.inboxID)) {
+                "deleted \"\(record.state.profile.name.terminalSafe)\" for every member; the relay keeps none of its data"
+            }
+        }
+    }
+
     struct Leave: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Leave a group: you keep its history here but no longer send or receive.",

@@ -74,6 +74,11 @@ struct WatchCommand: AsyncParsableCommand {
                 case .inviteSeedShared: "invite keys shared with a new admin"
                 case .inviteTagRotated: "outstanding invites revoked"
                 case .exploded: "group exploded"
+                case .deleted: "group deleted by the owner"
+                case .groupLinkChanged: "group link changed"
+                case .admissionChanged(let admission): "admission is now \(admission.rawValue)"
+                case .pendingAdded(let inbox): "\(inbox.rawValue.prefix(8))… waits for approval"
+                case .pendingRejected(let inbox): "\(inbox.rawValue.prefix(8))… turned away"
                 case .epochAdvanced(let epoch, _, let fresh): "epoch \(epoch)\(fresh == nil ? "" : " (new key)")"
                 }
             }
@@ -110,6 +115,10 @@ struct WatchCommand: AsyncParsableCommand {
             case .group(let groupID, .diverged(let seq, let reason)):
                 output.emit(EventJSON(event: "group_diverged", groupId: groupID, detail: "#\(seq): \(reason)")) {
                     "[\(groupID.prefix(8))] the relay showed this device a different history (#\(seq)): \(reason); nothing more is sent into this group"
+                }
+            case .group(let groupID, .deletedOnRelay):
+                output.emit(EventJSON(event: "group_deleted", groupId: groupID, detail: "deleted on the relay")) {
+                    "[\(groupID.prefix(8))] the group was deleted"
                 }
             case .group(let groupID, .rejected(let seq, let reason)):
                 output.emit(EventJSON(event: "group_rejected", groupId: groupID, detail: "#\(seq): \(reason)")) {

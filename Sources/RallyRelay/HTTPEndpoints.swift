@@ -36,6 +36,14 @@ enum HTTPEndpoints {
                         services: services))
             }
         }
+        router.delete("/v1/topics/{kind}/{id}") { request, context in
+            await respond(services) { () async throws(RelayFailure) -> Data in
+                try await deleteTopic(
+                    request, kind: context.parameters.get("kind") ?? "", id: context.parameters.get("id") ?? "",
+                    services: services)
+                return Data()
+            }
+        }
         router.put("/v1/keys") { request, _ in
             await respond(services) { () async throws(RelayFailure) -> Data in
                 let limit = WireLimits.maxKeyBundleBytes + 256
@@ -171,6 +179,40 @@ enum HTTPEndpoints {
     static let topicProofField = HTTPField.Name(HTTPAuthorization.topicProofHeader)!
 
     /// The request binding for `origin`; the header supplies time and nonce.
+    /// Deletes a capability topic for whoever proves its current access
+    /// key (a group's owner deleting the group, docs/adr/0017). The relay
+    /// learns that the topic ended, never who was in it. A retry after a
+    /// lost answer succeeds.
+    private static func deleteTopic(
+        _ request: Request, kind: String, id: String, services: RelayServices
+    ) async throws(RelayFailure) {
+        let topic = try services.validateTopic(kind + "/" + id, forCapability: true)
+        guard topic.kind != .inbox else {
+            throw RelayFailure(.forbidden, "an inbox cannot be deleted", topic: topic.rawValue)
+        }
+        let key = try verifyTopicProof(request, body: Data(), topic: topic, services: services)
+        let outcome: TopicDeletion
+        do {
+            outcome = try await services.store.deleteTopic(
+                topic.rawValue, accessKey: key, nowMilliseconds: services.clock.nowMilliseconds)
+        } catch {
+            services.logger.error("deleting a topic failed", metadata: ["topic": "\(topic)", "error": "\(error)"])
+            throw RelayFailure(.internal, "could not delete the topic", topic: topic.rawValue)
+        }
+        switch outcome {
+        case .deleted, .alreadyDeleted:
+            return
+        case .refused(.retired(let validThrough)):
+            throw RelayFailure(
+                .accessRevoked, "only the topic's current access key may delete it", topic: topic.rawValue,
+                seq: validThrough)
+        case .refused(.unregistered):
+            throw RelayFailure(.notFound, "no such topic", topic: topic.rawValue)
+        case .refused:
+            throw RelayFailure(.forbidden, "this access key is not the topic's current one", topic: topic.rawValue)
+        }
+    }
+
     private static func binding(_ request: Request, body: Data, origin: String) -> HTTPRequestBinding {
         HTTPRequestBinding(
             origin: origin, method: request.method.rawValue, path: request.uri.path, query: request.uri.query ?? "",

@@ -32,7 +32,12 @@ struct RelayFailure: Error, Sendable, Equatable {
         case .conflict(let seq):
             self.init(.conflict, "the topic's last control entry is seq \(seq)", topic: topic, seq: seq)
         case .quotaExceeded(let message): self.init(.quotaExceeded, message, topic: topic)
+        case .topicDeleted: self = .topicDeleted(topic)
         }
+    }
+
+    static func topicDeleted(_ topic: String) -> RelayFailure {
+        RelayFailure(.topicDeleted, "this topic was deleted", topic: topic)
     }
 
     var wire: WireError {
@@ -65,6 +70,7 @@ struct RelayFailure: Error, Sendable, Equatable {
         case .tooManyConnections: .tooManyRequests
         case .idleTimeout: .requestTimeout
         case .notFound: .notFound
+        case .topicDeleted: .gone
         case .frameTooLarge, .payloadTooLarge: .contentTooLarge
         case .rateLimited: .tooManyRequests
         case .slowConsumer, .tooManySubscriptions: .tooManyRequests

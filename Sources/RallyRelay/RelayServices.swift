@@ -107,6 +107,8 @@ struct RelayServices: Sendable {
         case .retired(let validThrough): return validThrough
         case .unknown:
             throw RelayFailure(.forbidden, "this access key is not one of the topic's", topic: topic.rawValue)
+        case .deleted:
+            throw .topicDeleted(topic.rawValue)
         case .unregistered:
             guard TopicAccess.topicID(firstAccessKey: key) == topic.id else {
                 throw RelayFailure(.forbidden, "this access key does not found the topic's id", topic: topic.rawValue)

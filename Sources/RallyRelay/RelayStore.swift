@@ -65,6 +65,8 @@ public enum AppendRefusal: Error, Sendable, Equatable {
     /// The expected control seq is not the topic's last one.
     case conflict(lastControlSeq: UInt64)
     case quotaExceeded(String)
+    /// The topic was deleted; nothing more is stored on it.
+    case topicDeleted
 }
 
 /// What the relay knows about one access key of a capability topic.
@@ -77,6 +79,18 @@ public enum AccessKeyStatus: Sendable, Equatable {
     case unknown
     /// No publish created the topic yet.
     case unregistered
+    /// The topic was deleted: only its tombstone is left.
+    case deleted
+}
+
+/// What deleting a topic did.
+public enum TopicDeletion: Sendable, Equatable {
+    /// Its envelopes and keys are gone; a tombstone answers from now on.
+    case deleted(envelopes: Int)
+    /// It was deleted before (a retry).
+    case alreadyDeleted
+    /// The key is not the topic's current one: nothing was deleted.
+    case refused(AccessKeyStatus)
 }
 
 /// What the store did with one publish of a batch.
@@ -149,6 +163,11 @@ public protocol RelayStore: Sendable {
 
     /// What the topic's key chain says about `key`.
     func accessKeyStatus(topic: String, key: Data) async throws -> AccessKeyStatus
+
+    /// Deletes a capability topic proven by its current access key: its
+    /// envelopes, keys and counters, leaving a tombstone that keeps the
+    /// name from being founded again (docs/adr/0017).
+    func deleteTopic(_ topic: String, accessKey: Data, nowMilliseconds: Int64) async throws -> TopicDeletion
 
     /// The last seq assigned on `topic`; 0 if nothing was ever published.
     func headSeq(topic: String) async throws -> UInt64

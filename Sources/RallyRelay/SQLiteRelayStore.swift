@@ -107,6 +107,14 @@ public final class SQLiteRelayStore: RelayStore {
                 index: "envelopes_inbox_age", on: "envelopes", columns: ["server_time_ms"],
                 condition: Column("topic").like("inbox/%"))
         }
+        migrator.registerMigration("v3-topic-tombstones") { db in
+            // A deleted topic leaves only its name and when (docs/adr/0017),
+            // so it can never be founded or written again.
+            try db.create(table: "deleted_topics") { table in
+                table.primaryKey("topic", .text)
+                table.column("deleted_at_ms", .integer).notNull()
+            }
+        }
         return migrator
     }
 
@@ -154,6 +162,7 @@ public final class SQLiteRelayStore: RelayStore {
             case .current: break
             case .retired(let validThrough): return .failure(.accessRevoked(lastReadableSeq: validThrough))
             case .unknown: return .failure(.forbidden("this access key is not the topic's current one"))
+            case .deleted: return .failure(.topicDeleted)
             case .unregistered:
                 guard TopicAccess.topicID(firstAccessKey: accessKey) == topicID(of: request.topic) else {
                     return .failure(.forbidden("the topic does not exist and this key does not found its id"))
@@ -222,6 +231,12 @@ public final class SQLiteRelayStore: RelayStore {
     }
 
     private static func status(topic: String, key: Data, db: Database) throws -> AccessKeyStatus {
+        if try Bool.fetchOne(
+            db.cachedStatement(sql: "SELECT EXISTS (SELECT 1 FROM deleted_topics WHERE topic = ?)"),
+            arguments: [topic]) == true
+        {
+            return .deleted
+        }
         if let row = try Row.fetchOne(
             db.cachedStatement(sql: "SELECT valid_through FROM topic_keys WHERE topic = ? AND access_key = ?"),
             arguments: [topic, key])
@@ -236,6 +251,24 @@ public final class SQLiteRelayStore: RelayStore {
 
     public func accessKeyStatus(topic: String, key: Data) async throws -> AccessKeyStatus {
         try await pool.read { db in try Self.status(topic: topic, key: key, db: db) }
+    }
+
+    public func deleteTopic(_ topic: String, accessKey: Data, nowMilliseconds: Int64) async throws -> TopicDeletion {
+        try await pool.write { db in
+            switch try Self.status(topic: topic, key: accessKey, db: db) {
+            case .deleted: return .alreadyDeleted
+            case .current: break
+            case let other: return .refused(other)
+            }
+            try db.execute(sql: "DELETE FROM envelopes WHERE topic = ?", arguments: [topic])
+            let envelopes = db.changesCount
+            try db.execute(sql: "DELETE FROM topic_keys WHERE topic = ?", arguments: [topic])
+            try db.execute(sql: "DELETE FROM topics WHERE name = ?", arguments: [topic])
+            try db.execute(
+                sql: "INSERT INTO deleted_topics (topic, deleted_at_ms) VALUES (?, ?)",
+                arguments: [topic, nowMilliseconds])
+            return .deleted(envelopes: envelopes)
+        }
     }
 
     public func fetch(

@@ -25,6 +25,7 @@ extension WireErrorCode {
         case .accessRevoked: "access_revoked"
         case .tooManyConnections: "too_many_connections"
         case .idleTimeout: "idle_timeout"
+        case .topicDeleted: "topic_deleted"
         case .UNRECOGNIZED(let value): "unrecognized_\(value)"
         }
     }

@@ -344,6 +344,8 @@ struct GroupReducer {
             return .diverged
         case .message:
             return .rejected(.malformed("a message in a commit-only log"))
+        case .deletedOnRelay:
+            return .rejected(.malformed("the processor never reports a relay's answer"))
         }
     }
 }

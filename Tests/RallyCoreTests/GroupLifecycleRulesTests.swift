@@ -19,9 +19,11 @@ struct GroupLifecycleRulesTests {
         case unblock
         case welcome
         case profile
+        case delete
+        case admission
 
         static let all: [Action] =
-            GroupRole.allCases.map(Action.roles) + [.remove, .block, .unblock, .welcome, .profile]
+            GroupRole.allCases.map(Action.roles) + [.remove, .block, .unblock, .welcome, .profile, .delete, .admission]
 
         var description: String {
             switch self {
@@ -31,6 +33,8 @@ struct GroupLifecycleRulesTests {
             case .unblock: "unblock"
             case .welcome: "welcome"
             case .profile: "profile"
+            case .delete: "delete"
+            case .admission: "admission"
             }
         }
     }
@@ -47,7 +51,7 @@ struct GroupLifecycleRulesTests {
             return needs(.admin) ?? (role > actor ? .insufficientRole(needed: role, actual: actor) : nil) ?? outranked
         case .remove: return needs(.admin) ?? outranked
         case .block, .unblock: return needs(.moderator) ?? outranked
-        case .welcome, .profile: return needs(.owner)
+        case .welcome, .profile, .delete, .admission: return needs(.owner)
         }
     }
 
@@ -87,6 +91,11 @@ struct GroupLifecycleRulesTests {
         case .unblock: return T.commit(T.block(target, false), by: actorIdentity, on: state)
         case .welcome: return T.commit(T.welcome("Welcome, hikers!"), by: actorIdentity, on: state)
         case .profile: return T.commit(T.updateProfile("Hikers II", "Longer walks"), by: actorIdentity, on: state)
+        case .delete: return T.commit(.deleteGroup(WireDeleteGroup()), by: actorIdentity, on: state)
+        case .admission:
+            var set = WireSetAdmission()
+            set.admission = .approval
+            return T.commit(.setAdmission(set), by: actorIdentity, on: state)
         }
     }
 
@@ -123,6 +132,13 @@ struct GroupLifecycleRulesTests {
         case .unblock: #expect(next.blocked.isEmpty)
         case .welcome: #expect(next.welcomeMessage == "Welcome, hikers!")
         case .profile: #expect(next.profile.name == "Hikers II" && next.profile.description == "Longer walks")
+        case .delete:
+            #expect(next.deleted)
+            var after = next
+            #expect(
+                try after.apply(T.commit(T.welcome("Still here?"), by: Self.owner, on: next), signedBy: Self.owner)
+                    == .rejected(.deleted))
+        case .admission: #expect(next.admission == .approval)
         }
     }
 
@@ -141,6 +157,8 @@ struct GroupLifecycleRulesTests {
         case .block, .unblock: allowed = permissions.canBlock(row.target)
         case .welcome: allowed = permissions.canSetWelcomeMessage
         case .profile: allowed = permissions.canEditProfile
+        case .delete: allowed = permissions.canDelete
+        case .admission: allowed = permissions.canSetAdmission
         }
         #expect(allowed == applied, "\(outcome)")
         if case .roles(let role) = row.action, row.target <= row.actor {

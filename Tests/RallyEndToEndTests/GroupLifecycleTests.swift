@@ -168,4 +168,54 @@ struct GroupLifecycleTests {
         }
         await h.stop()
     }
+
+    @Test(
+        "delete: every member drops the group and its messages, one who was away learns it from the relay, later joins get conversation_not_found"
+    )
+    func delete() async throws {
+        let h = try await Hikers.start()
+        let (ann, bob) = (h.members[0], h.members[1])
+        let invite = try await h.owner.createInvite(in: h.groupID, options: InviteOptions())
+        _ = try await h.owner.sendGroupText("see you on Sunday", to: h.groupID)
+        try await catchUp(ann, h.groupID)
+        #expect(try await ann.groupMessages(in: h.groupID).count == 1)
+        await #expect(
+            throws: RallyClientError.group(.commitRejected(.insufficientRole(needed: .owner, actual: .member)))
+        ) {
+            try await ann.deleteGroup(h.groupID)
+        }
+
+        try await h.owner.deleteGroup(h.groupID)
+        // The owner applied its own delete commit: the group is gone here.
+        #expect(try await h.owner.group(h.groupID).status == .deleted)
+        #expect(try await h.owner.groupMessages(in: h.groupID).isEmpty)
+        #expect(try h.owner.store.epochKey(group: h.groupID, epoch: 0) == nil)
+
+        // Members who were away find the topic deleted on the relay.
+        for member in [ann, bob] {
+            let report = try await catchUp(member, h.groupID)
+            #expect(report.events.contains { if case .deletedOnRelay = $0 { true } else { false } })
+            #expect(try await member.group(h.groupID).status == .deleted)
+            #expect(try await member.groupMessages(in: h.groupID).isEmpty)
+            await #expect {
+                try await member.sendGroupText("anyone?", to: h.groupID)
+            } throws: { error in
+                guard case RallyClientError.group(.notActive(_, .deleted)) = error else { return false }
+                return "\(error)".contains("group_not_found")
+            }
+        }
+
+        // A join with an invite from before is told the group was not found.
+        let dan = try await h.world.user("dan")
+        let attempt = try await requestJoin(dan, invite.appLink)
+        let reports = try await h.owner.processJoinRequests()
+        #expect(decisions(reports) == [.reject(.conversationNotFound, reason: "the group was deleted")])
+        let answered = try await joinState(dan, attempt)
+        #expect(answered.phase == .failed && answered.errorType == .conversationNotFound)
+
+        // Deleting again (after a lost answer) retries the relay's part.
+        try await h.owner.deleteGroup(h.groupID)
+        await dan.disconnect()
+        await h.stop()
+    }
 }

@@ -49,6 +49,9 @@ actor GatedStore: RelayStore {
     func accessKeyStatus(topic: String, key: Data) async throws -> AccessKeyStatus {
         try await inner.accessKeyStatus(topic: topic, key: key)
     }
+    func deleteTopic(_ topic: String, accessKey: Data, nowMilliseconds: Int64) async throws -> TopicDeletion {
+        try await inner.deleteTopic(topic, accessKey: accessKey, nowMilliseconds: nowMilliseconds)
+    }
     func headSeq(topic: String) async throws -> UInt64 { try await inner.headSeq(topic: topic) }
     func putKeyBundle(
         _ bundle: WireSignedKeyBundle, inboxID: InboxID, signingPublicKey: Data, createdAtMilliseconds: Int64

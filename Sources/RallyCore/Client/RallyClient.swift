@@ -414,6 +414,13 @@ public actor RallyClient {
         try await groupService.explode(reference)
     }
 
+    /// Deletes a group (owner only): every member's client drops it and the
+    /// relay deletes its topic; later join requests get
+    /// `conversation_not_found`.
+    public func deleteGroup(_ reference: String) async throws(RallyClientError) {
+        try await groupService.delete(reference)
+    }
+
     /// Removes a group from this device only.
     public func forgetGroup(_ reference: String) throws(RallyClientError) {
         try groupService.forget(reference)

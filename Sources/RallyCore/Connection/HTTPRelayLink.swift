@@ -198,6 +198,15 @@ public actor HTTPRelayLink: RelayLink {
         }
     }
 
+    /// `DELETE /v1/topics/<kind>/<id>`: deletes a capability topic proven by
+    /// its current access key; the relay keeps only a tombstone. A retry
+    /// after a lost answer succeeds.
+    public nonisolated func deleteTopic(_ topic: TopicName, access: TopicAccess) async throws(RelayClientError) {
+        let reply = try await send(
+            "DELETE", "/v1/topics/\(topic.rawValue)", signing: .topicProof(access), what: "delete \(topic.rawValue)")
+        guard reply.status == 200 else { throw reply.failure() }
+    }
+
     /// `GET /healthz`.
     public nonisolated func ping() async throws(RelayClientError) {
         let reply = try await send("GET", "/healthz", signing: .unsigned, what: "healthz", limit: 1024)

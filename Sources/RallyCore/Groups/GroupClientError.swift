@@ -23,6 +23,7 @@ public enum GroupClientError: Error, Sendable, Equatable, CustomStringConvertibl
             switch status {
             case .removed: "you were removed from \(group)"
             case .left: "you left \(group)"
+            case .deleted: "group_not_found: the owner deleted \(group)"
             case .creating, .active: "group \(group) is not ready yet"
             }
         case .commitRejected(let rejection): "the group refused the change: \(rejection)"

@@ -80,6 +80,15 @@ struct GroupLog: Sendable {
                 let event = try await ingest(envelope, groupID: groupID, processor: processor)
                 await handler(event)
             }
+        } catch .relay(.refused(.topicDeleted, _)) {
+            // Only a holder of the topic's current key can delete it: a
+            // member (the owner, after its delete commit). The relay could
+            // claim it falsely, but it can always withhold a group anyway.
+            let record = try group(groupID)
+            guard record.status != .deleted else { return }
+            try context.stored { () throws(LocalStoreError) in try store.markGroupDeleted(groupID) }
+            context.logger.notice("group \(groupID): the relay says the group was deleted")
+            await handler(.deletedOnRelay)
         } catch .relay(.accessRevoked(_, let lastReadable)) {
             // The relay ended this member's access. Removed or gone: as
             // expected. Still a member here: the change that ended it was
@@ -133,7 +142,7 @@ struct GroupLog: Sendable {
             case .applied, .duplicate: ownCommit = (commitID, nil)
             case .rejected(let rejection): ownCommit = (commitID, rejection.description)
             }
-        case .commit:
+        case .commit, .deletedOnRelay:
             break
         }
         try context.stored { () throws(LocalStoreError) in
@@ -142,6 +151,7 @@ struct GroupLog: Sendable {
                 inviteSeed: result.inviteSeed, ownCommit: ownCommit,
                 accessSecretChanged: result.record.accessSecret != record.accessSecret,
                 deletingMessagesOf: deletingMessagesOf)
+            if result.record.status == .deleted, record.status != .deleted { try store.markGroupDeleted(groupID) }
         }
         return result.event
     }

@@ -12,6 +12,10 @@ public enum GroupLogEvent: Sendable {
     /// not fit the history it has: a commit was withheld from it, or it
     /// was shown another history. The group stops sending.
     case diverged(seq: UInt64, reason: String)
+    /// The relay answered that the group's topic was deleted: the owner
+    /// deleted the group while this device was away (its delete commit is
+    /// gone with the topic). The group is dropped here too.
+    case deletedOnRelay
 }
 
 public enum GroupEntryRejection: Error, Sendable, Equatable, CustomStringConvertible {
@@ -167,6 +171,8 @@ struct GroupLogProcessor {
                     record.status = .removed
                 case .memberLeft(let inbox) where inbox == identity.inboxID:
                     record.status = .left
+                case .deleted:
+                    record.status = .deleted
                 case .epochAdvanced(let epoch, let commitID, let fresh):
                     guard record.status == .active || record.status == .creating else { break }
                     let previous = try key(previousEpoch)

@@ -38,6 +38,13 @@ public struct GroupPermissions: Sendable, Equatable {
     public func canBlock(_ target: GroupRole) -> Bool { atLeast(.moderator) && target <= (role ?? .observer) }
 
     public var canExplode: Bool { atLeast(.owner) }
+    public var canDelete: Bool { atLeast(.owner) }
+    /// Whether joiners wait for approval (the group's admission).
+    public var canSetAdmission: Bool { atLeast(.owner) }
+    /// Make, change and delete the group's link.
+    public var canManageLink: Bool { atLeast(.admin) }
+    /// See the pending queue, admit or reject, talk in the support chat.
+    public var canReviewPending: Bool { atLeast(.moderator) }
 
     /// Whether this member may leave now: the last owner of a group with
     /// other members may not.

@@ -11,6 +11,8 @@ public struct GroupRecord: Sendable, Equatable {
         case active
         case removed
         case left
+        /// The owner deleted the group; its messages are gone from here.
+        case deleted
     }
 
     public let groupID: String

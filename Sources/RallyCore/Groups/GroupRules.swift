@@ -45,6 +45,13 @@ public enum GroupRejection: Error, Sendable, Equatable, CustomStringConvertible 
     /// rotates the invite identity.
     case inviteRotationPending
     case unexpectedInviteRotation
+    case deleted
+    /// The group has a link already: change its role or delete it first.
+    case duplicateGroupLink
+    case groupLinkNotFound
+    case invalidLink(String)
+    case notPending(InboxID)
+    case alreadyPending(InboxID)
 
     public var description: String {
         switch self {
@@ -82,6 +89,14 @@ public enum GroupRejection: Error, Sendable, Equatable, CustomStringConvertible 
         case .inviteRotationRequired: "an admin loses their rights, so the commit must replace the invite identity"
         case .inviteRotationPending: "an admin left; invites admit nobody until an admin replaces the invite identity"
         case .unexpectedInviteRotation: "only an admin may replace the invite identity, once invites are set up"
+        case .deleted: "the group was deleted"
+        case .duplicateGroupLink:
+            "duplicate_group_link: the group has a link already; change its role (`rally group link role`) or delete it first"
+        case .groupLinkNotFound:
+            "group_link_not_found: the group has no link; create one with `rally group link create`"
+        case .invalidLink(let reason): "invalid group link: \(reason)"
+        case .notPending(let inbox): "\(inbox) is not waiting for approval"
+        case .alreadyPending(let inbox): "\(inbox) is already waiting for approval"
         }
     }
 }
@@ -143,6 +158,13 @@ enum GroupRules {
         case setUpInvites(PublicIdentity, tag: Data)
         case rotateInviteTag(Data)
         case explode
+        case delete
+        case setGroupLink(GroupLink)
+        case deleteGroupLink
+        case setAdmission(GroupAdmission)
+        case addPending(PendingMember, Admission?)
+        case admitPending(InboxID, GroupRole)
+        case rejectPending(InboxID)
     }
 
     struct Admission: Equatable {
@@ -232,6 +254,7 @@ enum GroupRules {
         }
         guard state.isCreated else { return .failure(.notCreated) }
         guard !state.exploded else { return .failure(.exploded) }
+        guard !state.deleted else { return .failure(.deleted) }
         guard commit.epoch == state.epoch else {
             return .failure(.staleEpoch(commit: commit.epoch, current: state.epoch))
         }
@@ -427,6 +450,74 @@ enum GroupRules {
             }
             return .success(Change(mutation: .setWelcome(welcome.text), rekeys: false, effects: [.welcomeChanged]))
 
+        case .deleteGroup?:
+            if let problem = require(.owner) ?? noKeys { return .failure(problem) }
+            return .success(Change(mutation: .delete, rekeys: false, effects: [.deleted]))
+
+        case .setGroupLink(let set)?:
+            if let problem = require(.admin) ?? noKeys { return .failure(problem) }
+            return checkGroupLink(set, author: author, actor: actor, in: state)
+
+        case .deleteGroupLink?:
+            if let problem = require(.admin) ?? noKeys { return .failure(problem) }
+            guard state.groupLink != nil else { return .failure(.groupLinkNotFound) }
+            return .success(Change(mutation: .deleteGroupLink, rekeys: false, effects: [.groupLinkChanged]))
+
+        case .setAdmission(let set)?:
+            if let problem = require(.owner) ?? noKeys { return .failure(problem) }
+            let admission = GroupAdmission(wire: set.admission)
+            return .success(
+                Change(mutation: .setAdmission(admission), rekeys: false, effects: [.admissionChanged(admission)]))
+
+        case .addPending(let add)?:
+            // Admins' clients answer join requests: they alone hold the
+            // invite identity that reads them.
+            if let problem = require(.admin) ?? noKeys { return .failure(problem) }
+            guard let role = GroupRole(wire: add.role) else { return .failure(.invalidRole) }
+            guard role <= actor else { return .failure(.insufficientRole(needed: role, actual: actor)) }
+            guard let identity = try? PublicIdentity(wire: add.member) else {
+                return .failure(.invalidTarget("pending member keys"))
+            }
+            let inbox = identity.inboxID
+            guard state.members[inbox] == nil else { return .failure(.alreadyMember(inbox)) }
+            guard state.pending[inbox] == nil else { return .failure(.alreadyPending(inbox)) }
+            guard add.hasViaInvite else { return .failure(.invalidTarget("a pending joiner comes through an invite")) }
+            switch checkAdmission(add.viaInvite, of: inbox, against: state) {
+            case .failure(let rejection):
+                return .failure(rejection)
+            case .success(let admission):
+                let member = PendingMember(identity: identity, role: role, addedBy: author.inboxID)
+                return .success(
+                    Change(mutation: .addPending(member, admission), rekeys: false, effects: [.pendingAdded(inbox)]))
+            }
+
+        case .admitPending(let admit)?:
+            if let problem = require(.moderator) ?? noKeys { return .failure(problem) }
+            guard !state.needsRekey else { return .failure(.rekeyPending) }
+            guard let role = GroupRole(wire: admit.role) else { return .failure(.invalidRole) }
+            guard role <= actor else { return .failure(.insufficientRole(needed: role, actual: actor)) }
+            switch pendingTarget(admit.inboxID, in: state) {
+            case .failure(let rejection):
+                return .failure(rejection)
+            case .success(let waiting):
+                return .success(
+                    Change(
+                        mutation: .admitPending(waiting.inboxID, role), rekeys: false,
+                        effects: [.memberAdded(waiting.inboxID, role)]))
+            }
+
+        case .rejectPending(let reject)?:
+            if let problem = require(.moderator) ?? noKeys { return .failure(problem) }
+            switch pendingTarget(reject.inboxID, in: state) {
+            case .failure(let rejection):
+                return .failure(rejection)
+            case .success(let waiting):
+                return .success(
+                    Change(
+                        mutation: .rejectPending(waiting.inboxID), rekeys: false,
+                        effects: [.pendingRejected(waiting.inboxID)]))
+            }
+
         case .create?, nil:
             return .failure(.emptyAction)
         }
@@ -456,6 +547,44 @@ enum GroupRules {
         return .success(members)
     }
 
+    static func pendingTarget(_ text: String, in state: GroupState) -> Result<PendingMember, GroupRejection> {
+        guard let inbox = try? InboxID(validating: text), inbox.rawValue == text else {
+            return .failure(.invalidTarget(text))
+        }
+        guard let waiting = state.pending[inbox] else { return .failure(.notPending(inbox)) }
+        return .success(waiting)
+    }
+
+    /// A link is an invite by the author under a fresh tag of its own, to
+    /// the group's current join inbox. The same tag again changes the role
+    /// or admission of the link there is; another tag is a second link.
+    static func checkGroupLink(
+        _ set: WireSetGroupLink, author: PublicIdentity, actor: GroupRole, in state: GroupState
+    ) -> Result<Change, GroupRejection> {
+        guard let inviteIdentity = state.inviteIdentity else { return .failure(.invitesNotSetUp) }
+        guard !state.invitesNeedRotation else { return .failure(.inviteRotationPending) }
+        let link: GroupLink
+        switch GroupLink.decode(signedInvite: set.signedInvite, role: set.role, admission: set.admission) {
+        case .failure(let rejection): return .failure(rejection)
+        case .success(let decoded): link = decoded
+        }
+        guard link.role <= actor else { return .failure(.insufficientRole(needed: link.role, actual: actor)) }
+        guard link.invite.issuer.hasSameKeys(as: author) else {
+            return .failure(.invalidLink("the link must be issued by the admin who sets it"))
+        }
+        guard link.invite.payload.joinInboxID == inviteIdentity.inboxID.rawValue else {
+            return .failure(.invalidLink("the link must send join requests to the group's current invite identity"))
+        }
+        if let existing = state.groupLink {
+            guard existing.tag == link.tag else { return .failure(.duplicateGroupLink) }
+        } else {
+            guard link.tag != state.inviteTag, !state.retiredInviteTags.contains(link.tag),
+                !state.retiredLinkTags.contains(link.tag)
+            else { return .failure(.invalidInviteTag) }
+        }
+        return .success(Change(mutation: .setGroupLink(link), rekeys: false, effects: [.groupLinkChanged]))
+    }
+
     static let inviteTagByteCount = 16
     static let inviteIDByteCount = 16
 
@@ -473,7 +602,8 @@ enum GroupRules {
         guard admission.inviteID.count == inviteIDByteCount, admission.joinRequestID.count == 16 else {
             return .failure(.invalidTarget("invite admission"))
         }
-        guard admission.inviteTag == state.inviteTag else { return .failure(.inviteRevoked) }
+        let viaLink = state.groupLink.map { $0.tag == admission.inviteTag } ?? false
+        guard admission.inviteTag == state.inviteTag || viaLink else { return .failure(.inviteRevoked) }
         guard !state.invitesNeedRotation else { return .failure(.inviteRotationPending) }
         guard !state.admittedJoinRequests.contains(admission.joinRequestID) else {
             return .failure(.joinRequestAlreadyAdmitted)

@@ -180,6 +180,29 @@ struct GroupService: Sendable {
         try await commit(reference) { commit, _ in commit.explode = WireExplodeGroup() }
     }
 
+    /// Deletes the group (owner): a commit every member applies (each drops
+    /// the group's messages and keys), then the relay deletes the topic,
+    /// proven by its current access key, and keeps only a tombstone that
+    /// tells members who were away. Running it again after the commit
+    /// landed retries the relay's part.
+    func delete(_ reference: String) async throws(RallyClientError) {
+        let groupID = try log.group(reference).groupID
+        if try log.group(groupID).status != .deleted {
+            try await commit(groupID) { commit, _ in commit.deleteGroup = WireDeleteGroup() }
+        }
+        let record = try log.group(groupID)
+        guard let access = record.topicAccess else {
+            throw .group(.noTopicAccess("\"\(record.state.profile.name)\" (\(groupID))"))
+        }
+        try await HTTPRelayLink.using(context.relayURL, identity: context.identity) { link throws(RallyClientError) in
+            do throws(RelayClientError) {
+                try await link.deleteTopic(record.topic, access: access)
+            } catch {
+                throw .relay(error)
+            }
+        }
+    }
+
     /// Commits one action, drafted on the latest state by `fill`.
     private func commit(
         _ reference: String, _ fill: (inout WireGroupCommit, GroupState) throws(RallyClientError) -> Void

@@ -44,6 +44,17 @@ public struct GroupState: Sendable, Equatable {
     public private(set) var welcomeMessage = ""
     /// An exploded group accepts no further commit.
     public private(set) var exploded = false
+    /// A deleted group accepts no further commit, and every member's client
+    /// drops it.
+    public private(set) var deleted = false
+    /// The group's one link, if an admin made it.
+    public private(set) var groupLink: GroupLink?
+    /// Tags of deleted links: never valid again.
+    public private(set) var retiredLinkTags: Set<Data> = []
+    /// Whether joiners wait for a moderator's approval.
+    public private(set) var admission: GroupAdmission = .auto
+    /// Joiners waiting for approval.
+    public private(set) var pending: [InboxID: PendingMember] = [:]
     /// The hash chain over every applied commit: each commit names the
     /// transcript it builds on, so members shown different histories find
     /// out (ADR 0008).
@@ -103,13 +114,31 @@ public struct GroupState: Sendable, Equatable {
             members[author.inboxID] = GroupMember(identity: author, role: .owner, addedBy: nil)
         case .add(let identity, let role, let admission):
             members[identity.inboxID] = GroupMember(identity: identity, role: role, addedBy: author.inboxID)
+            pending[identity.inboxID] = nil
             if let admission {
-                inviteUses[admission.inviteID, default: 0] += 1
-                admittedJoinRequests.insert(admission.joinRequestID)
+                count(admission)
             } else {
                 // An admin adding someone by hand lifts a ban.
                 banned.remove(identity.inboxID)
             }
+        case .addPending(let member, let admission):
+            pending[member.inboxID] = member
+            if let admission { count(admission) }
+        case .admitPending(let inbox, let role):
+            if let waiting = pending.removeValue(forKey: inbox) {
+                members[inbox] = GroupMember(identity: waiting.identity, role: role, addedBy: author.inboxID)
+            }
+        case .rejectPending(let inbox):
+            pending[inbox] = nil
+        case .setGroupLink(let link):
+            groupLink = link
+        case .deleteGroupLink:
+            if let groupLink { retiredLinkTags.insert(groupLink.tag) }
+            groupLink = nil
+        case .setAdmission(let admission):
+            self.admission = admission
+        case .delete:
+            deleted = true
         case .removeMany(let inboxes, let ban, _):
             for inbox in inboxes {
                 members[inbox] = nil
@@ -145,12 +174,22 @@ public struct GroupState: Sendable, Equatable {
         }
     }
 
+    private mutating func count(_ admission: GroupRules.Admission) {
+        inviteUses[admission.inviteID, default: 0] += 1
+        admittedJoinRequests.insert(admission.joinRequestID)
+    }
+
     /// A new invite identity retires the old one and its tag: invites
-    /// issued before it no longer admit anyone.
+    /// issued before it no longer admit anyone, and the link (whose join
+    /// requests the old identity reads) goes too.
     private mutating func setUpInvites(_ identity: PublicIdentity, tag: Data) {
         if let inviteIdentity {
             retiredInviteIdentities.append(inviteIdentity)
             retiredInviteTags.insert(inviteTag)
+        }
+        if let groupLink {
+            retiredLinkTags.insert(groupLink.tag)
+            self.groupLink = nil
         }
         inviteIdentity = identity
         inviteTag = tag
@@ -191,6 +230,22 @@ public struct GroupState: Sendable, Equatable {
             blocked.insert(inbox)
         }
         welcomeMessage = snapshot.welcomeMessage
+        deleted = snapshot.deleted
+        admission = GroupAdmission(wire: snapshot.admission)
+        retiredLinkTags = Set(snapshot.retiredLinkTags)
+        if snapshot.hasGroupLink {
+            let link = snapshot.groupLink
+            switch GroupLink.decode(signedInvite: link.signedInvite, role: link.role, admission: link.admission) {
+            case .success(let decoded): groupLink = decoded
+            case .failure(let rejection): throw .invalidMember("group link: \(rejection)")
+            }
+        }
+        for record in snapshot.pending {
+            guard let identity = try? PublicIdentity(wire: record.identity), let role = GroupRole(wire: record.role),
+                let addedBy = try? InboxID(validating: record.addedBy)
+            else { throw .invalidMember("pending member") }
+            pending[identity.inboxID] = PendingMember(identity: identity, role: role, addedBy: addedBy)
+        }
         guard snapshot.transcript.count == 32 else { throw .invalidMember("transcript") }
         transcript = snapshot.transcript
         invitesNeedRotation = snapshot.invitesNeedRotation
@@ -239,6 +294,11 @@ public struct GroupState: Sendable, Equatable {
         snapshot.exploded = exploded
         snapshot.blocked = blocked.map(\.rawValue).sorted()
         snapshot.welcomeMessage = welcomeMessage
+        snapshot.deleted = deleted
+        snapshot.admission = admission.wire
+        snapshot.retiredLinkTags = retiredLinkTags.sorted { $0.lexicographicallyPrecedes($1) }
+        if let groupLink { snapshot.groupLink = groupLink.wire }
+        snapshot.pending = pending.values.sorted { $0.inboxID < $1.inboxID }.map(\.wire)
         snapshot.transcript = transcript
         snapshot.invitesNeedRotation = invitesNeedRotation
         snapshot.retiredInviteIdentities = retiredInviteIdentities.map(\.wireBundle)
@@ -350,6 +410,14 @@ public enum GroupEffect: Sendable, Equatable {
     case inviteSeedShared(WireSealedEpochKey)
     case inviteTagRotated
     case exploded
+    /// The owner deleted the group: every member's client drops it.
+    case deleted
+    case groupLinkChanged
+    case admissionChanged(GroupAdmission)
+    /// A joiner waits for approval.
+    case pendingAdded(InboxID)
+    /// A moderator turned a pending joiner away.
+    case pendingRejected(InboxID)
     /// The epoch moved on; with `freshKey` the key was replaced, otherwise
     /// the next key derives from the previous one.
     case epochAdvanced(epoch: UInt64, commitID: Data, freshKey: FreshEpochKey?)

@@ -259,6 +259,11 @@ extension LocalStore {
             if let (epoch, _) = epochKey { try EpochKeyRecord.note(epoch: epoch, group: record.groupID, db) }
             if inviteSeed != nil { try InviteSeedRecord.note(group: record.groupID, db) }
             let inserted = try message.map { try MessageRecord.insert($0.namedByMemberRecord(in: record.state), db) }
+            // A deletion drops every message with the commit that says so
+            // (the keys follow in markGroupDeleted).
+            if record.status == .deleted {
+                _ = try MessageRecord.filter(MessageRecord.Columns.conversation == record.groupID).deleteAll(db)
+            }
             // A removal "with messages": every member deletes them, in the
             // same transaction as the commit that says so.
             for sender in senders {
@@ -301,6 +306,22 @@ extension LocalStore {
     /// Removes a group from this device (its state, keys and messages). The
     /// invite seed stays, so requests still arriving for it are answered
     /// `conversation_not_found` instead of never.
+    /// The owner deleted the group: its messages and keys go; the record
+    /// stays, marked deleted, so the user is told what happened and an
+    /// admin's client answers later join requests `conversation_not_found`.
+    func markGroupDeleted(_ groupID: String) throws(LocalStoreError) {
+        let epochs = try write { db in
+            guard var stored = try GroupInfoRecord.fetchOne(db, key: groupID) else { return [Int64]() }
+            stored.status = GroupRecord.Status.deleted.rawValue
+            try stored.update(db)
+            let epochs = try EpochKeyRecord.filter(Column("group_id") == groupID).fetchAll(db).map(\.epoch)
+            _ = try EpochKeyRecord.filter(Column("group_id") == groupID).deleteAll(db)
+            _ = try MessageRecord.filter(MessageRecord.Columns.conversation == groupID).deleteAll(db)
+            return epochs
+        }
+        for epoch in epochs { try removeSecret(.epochKey(group: groupID, epoch: UInt64(max(0, epoch)))) }
+    }
+
     func forgetGroup(_ groupID: String) throws(LocalStoreError) {
         let epochs = try write { db in
             let epochs = try EpochKeyRecord.filter(Column("group_id") == groupID).fetchAll(db).map(\.epoch)

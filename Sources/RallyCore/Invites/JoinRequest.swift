@@ -196,6 +196,9 @@ public enum JoinRequestPolicy {
             return .reject(.conversationNotFound, reason: "the group is not known here")
         }
         let state = group.state
+        if group.status == .deleted || state.deleted {
+            return Self.answer(to: .deleted, groupID: groupID, tag: invite.tag, maxUses: 0)
+        }
         guard group.status == .active, let myRole = state.role(of: context.me), myRole >= .admin else {
             return .notForThisClient(reason: "this client is not an admin of the group")
         }
@@ -248,6 +251,7 @@ public enum JoinRequestPolicy {
         case .inviteRevoked, .invalidInviteTag: .reject(.inviteRevoked, reason: "the invite was revoked")
         case .inviteRotationPending, .invitesNotSetUp: .reject(.inviteRevoked, reason: adminLeftReason)
         case .exploded: .reject(.conversationExpired, reason: "the group was exploded")
+        case .deleted: .reject(.conversationNotFound, reason: "the group was deleted")
         case .inviteUsedUp:
             .reject(
                 .singleUseConsumed,

@@ -78,6 +78,41 @@ public nonisolated enum WireGroupRole: SwiftProtobuf.Enum, Swift.CaseIterable {
 
 }
 
+/// How a joiner becomes a member: at once, or after a moderator's approval.
+public nonisolated enum WireGroupAdmission: SwiftProtobuf.Enum, Swift.CaseIterable {
+  public typealias RawValue = Int
+  case auto // = 0
+  case approval // = 1
+  case UNRECOGNIZED(Int)
+
+  public init() {
+    self = .auto
+  }
+
+  public init?(rawValue: Int) {
+    switch rawValue {
+    case 0: self = .auto
+    case 1: self = .approval
+    default: self = .UNRECOGNIZED(rawValue)
+    }
+  }
+
+  public var rawValue: Int {
+    switch self {
+    case .auto: return 0
+    case .approval: return 1
+    case .UNRECOGNIZED(let i): return i
+    }
+  }
+
+  // The compiler won't synthesize support with the UNRECOGNIZED case.
+  public static let allCases: [WireGroupAdmission] = [
+    .auto,
+    .approval,
+  ]
+
+}
+
 /// One envelope payload on a group topic.
 public nonisolated struct WireGroupLogEntry: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
@@ -372,6 +407,62 @@ public nonisolated struct WireGroupCommit: @unchecked Sendable {
     set {_uniqueStorage()._action = .setWelcome(newValue)}
   }
 
+  public var deleteGroup: WireDeleteGroup {
+    get {
+      if case .deleteGroup(let v)? = _storage._action {return v}
+      return WireDeleteGroup()
+    }
+    set {_uniqueStorage()._action = .deleteGroup(newValue)}
+  }
+
+  public var setGroupLink: WireSetGroupLink {
+    get {
+      if case .setGroupLink(let v)? = _storage._action {return v}
+      return WireSetGroupLink()
+    }
+    set {_uniqueStorage()._action = .setGroupLink(newValue)}
+  }
+
+  public var deleteGroupLink: WireDeleteGroupLink {
+    get {
+      if case .deleteGroupLink(let v)? = _storage._action {return v}
+      return WireDeleteGroupLink()
+    }
+    set {_uniqueStorage()._action = .deleteGroupLink(newValue)}
+  }
+
+  public var setAdmission: WireSetAdmission {
+    get {
+      if case .setAdmission(let v)? = _storage._action {return v}
+      return WireSetAdmission()
+    }
+    set {_uniqueStorage()._action = .setAdmission(newValue)}
+  }
+
+  public var addPending: WireAddPending {
+    get {
+      if case .addPending(let v)? = _storage._action {return v}
+      return WireAddPending()
+    }
+    set {_uniqueStorage()._action = .addPending(newValue)}
+  }
+
+  public var admitPending: WireAdmitPending {
+    get {
+      if case .admitPending(let v)? = _storage._action {return v}
+      return WireAdmitPending()
+    }
+    set {_uniqueStorage()._action = .admitPending(newValue)}
+  }
+
+  public var rejectPending: WireRejectPending {
+    get {
+      if case .rejectPending(let v)? = _storage._action {return v}
+      return WireRejectPending()
+    }
+    set {_uniqueStorage()._action = .rejectPending(newValue)}
+  }
+
   /// A fresh epoch key sealed to each member who keeps access. Required when
   /// someone loses access (remove, rekey after a leave); absent otherwise,
   /// and then the next key is derived from the current one.
@@ -415,6 +506,13 @@ public nonisolated struct WireGroupCommit: @unchecked Sendable {
     case removeMembers(WireRemoveMembers)
     case blockMembers(WireBlockMembers)
     case setWelcome(WireSetWelcomeMessage)
+    case deleteGroup(WireDeleteGroup)
+    case setGroupLink(WireSetGroupLink)
+    case deleteGroupLink(WireDeleteGroupLink)
+    case setAdmission(WireSetAdmission)
+    case addPending(WireAddPending)
+    case admitPending(WireAdmitPending)
+    case rejectPending(WireRejectPending)
 
   }
 
@@ -601,6 +699,129 @@ public nonisolated struct WireSetWelcomeMessage: Sendable {
   // methods supported on all messages.
 
   public var text: String = String()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// Ends the group and removes it everywhere (owner only): every member's
+/// client drops it, the owner's client then has the relay delete the topic
+/// (docs/adr/0017), and later join requests are answered
+/// conversation_not_found.
+public nonisolated struct WireDeleteGroup: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// The group's one link (admins): an invite under a tag of its own, so
+/// deleting the link retires only that tag. Setting it again with the same
+/// tag changes its role or admission; another tag while one exists is
+/// refused (duplicate_group_link).
+public nonisolated struct WireSetGroupLink: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  /// The serialized SignedInvite the link carries (issuer an admin; its tag
+  /// is the link's tag). Bytes, as invite.proto imports this file.
+  public var signedInvite: Data = Data()
+
+  public var role: WireGroupRole = .unspecified
+
+  public var admission: WireGroupAdmission = .auto
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct WireDeleteGroupLink: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// The group's admission (owner): invites and the link with approval, or a
+/// group with approval, put joiners in the pending queue.
+public nonisolated struct WireSetAdmission: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var admission: WireGroupAdmission = .auto
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// A joiner waits for approval (an admin's client, answering a join
+/// request). Counts the invite's use like an admission.
+public nonisolated struct WireAddPending: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var member: WireKeyBundle {
+    get {_member ?? WireKeyBundle()}
+    set {_member = newValue}
+  }
+  /// Returns true if `member` has been explicitly set.
+  public var hasMember: Bool {self._member != nil}
+  /// Clears the value of `member`. Subsequent reads from it will return its default value.
+  public mutating func clearMember() {self._member = nil}
+
+  public var role: WireGroupRole = .unspecified
+
+  public var viaInvite: WireInviteAdmission {
+    get {_viaInvite ?? WireInviteAdmission()}
+    set {_viaInvite = newValue}
+  }
+  /// Returns true if `viaInvite` has been explicitly set.
+  public var hasViaInvite: Bool {self._viaInvite != nil}
+  /// Clears the value of `viaInvite`. Subsequent reads from it will return its default value.
+  public mutating func clearViaInvite() {self._viaInvite = nil}
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+
+  fileprivate var _member: WireKeyBundle? = nil
+  fileprivate var _viaInvite: WireInviteAdmission? = nil
+}
+
+/// A moderator or above admits a pending joiner with a role.
+public nonisolated struct WireAdmitPending: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var inboxID: String = String()
+
+  public var role: WireGroupRole = .unspecified
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// A moderator or above turns a pending joiner away; the joiner is told.
+public nonisolated struct WireRejectPending: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var inboxID: String = String()
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -889,11 +1110,83 @@ public nonisolated struct WireGroupSnapshot: @unchecked Sendable {
     set {_uniqueStorage()._welcomeMessage = newValue}
   }
 
+  public var deleted: Bool {
+    get {_storage._deleted}
+    set {_uniqueStorage()._deleted = newValue}
+  }
+
+  public var groupLink: WireGroupLinkRecord {
+    get {_storage._groupLink ?? WireGroupLinkRecord()}
+    set {_uniqueStorage()._groupLink = newValue}
+  }
+  /// Returns true if `groupLink` has been explicitly set.
+  public var hasGroupLink: Bool {_storage._groupLink != nil}
+  /// Clears the value of `groupLink`. Subsequent reads from it will return its default value.
+  public mutating func clearGroupLink() {_uniqueStorage()._groupLink = nil}
+
+  public var admission: WireGroupAdmission {
+    get {_storage._admission}
+    set {_uniqueStorage()._admission = newValue}
+  }
+
+  public var pending: [WirePendingMemberRecord] {
+    get {_storage._pending}
+    set {_uniqueStorage()._pending = newValue}
+  }
+
+  /// Tags of deleted links: never valid again.
+  public var retiredLinkTags: [Data] {
+    get {_storage._retiredLinkTags}
+    set {_uniqueStorage()._retiredLinkTags = newValue}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
 
   fileprivate var _storage = _StorageClass.defaultInstance
+}
+
+public nonisolated struct WireGroupLinkRecord: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var signedInvite: Data = Data()
+
+  public var role: WireGroupRole = .unspecified
+
+  public var admission: WireGroupAdmission = .auto
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct WirePendingMemberRecord: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var identity: WireKeyBundle {
+    get {_identity ?? WireKeyBundle()}
+    set {_identity = newValue}
+  }
+  /// Returns true if `identity` has been explicitly set.
+  public var hasIdentity: Bool {self._identity != nil}
+  /// Clears the value of `identity`. Subsequent reads from it will return its default value.
+  public mutating func clearIdentity() {self._identity = nil}
+
+  public var role: WireGroupRole = .unspecified
+
+  /// The admin whose client put them in the queue.
+  public var addedBy: String = String()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+
+  fileprivate var _identity: WireKeyBundle? = nil
 }
 
 public nonisolated struct WireInviteUse: Sendable {
@@ -975,6 +1268,10 @@ fileprivate nonisolated let _protobuf_package = "rally.v1"
 
 nonisolated extension WireGroupRole: SwiftProtobuf._ProtoNameProviding {
   public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0GROUP_ROLE_UNSPECIFIED\0\u{1}GROUP_ROLE_OBSERVER\0\u{1}GROUP_ROLE_MEMBER\0\u{1}GROUP_ROLE_MODERATOR\0\u{1}GROUP_ROLE_ADMIN\0\u{1}GROUP_ROLE_OWNER\0")
+}
+
+nonisolated extension WireGroupAdmission: SwiftProtobuf._ProtoNameProviding {
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0GROUP_ADMISSION_AUTO\0\u{1}GROUP_ADMISSION_APPROVAL\0")
 }
 
 nonisolated extension WireGroupLogEntry: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
@@ -1227,7 +1524,7 @@ nonisolated extension WireGroupImage: SwiftProtobuf.Message, SwiftProtobuf._Mess
 
 nonisolated extension WireGroupCommit: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".GroupCommit"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}group_id\0\u{1}epoch\0\u{3}commit_id\0\u{1}author\0\u{3}created_at_ms\0\u{3}parent_transcript\0\u{2}\u{4}create\0\u{3}add_member\0\u{3}remove_member\0\u{3}change_role\0\u{1}leave\0\u{3}update_profile\0\u{1}rekey\0\u{3}set_up_invites\0\u{3}rotate_invite_tag\0\u{1}explode\0\u{3}change_roles\0\u{3}remove_members\0\u{3}block_members\0\u{3}set_welcome\0\u{4}\u{7}epoch_keys\0\u{3}epoch_key_commitment\0\u{3}rotate_invites\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}group_id\0\u{1}epoch\0\u{3}commit_id\0\u{1}author\0\u{3}created_at_ms\0\u{3}parent_transcript\0\u{2}\u{4}create\0\u{3}add_member\0\u{3}remove_member\0\u{3}change_role\0\u{1}leave\0\u{3}update_profile\0\u{1}rekey\0\u{3}set_up_invites\0\u{3}rotate_invite_tag\0\u{1}explode\0\u{3}change_roles\0\u{3}remove_members\0\u{3}block_members\0\u{3}set_welcome\0\u{3}delete_group\0\u{3}set_group_link\0\u{3}delete_group_link\0\u{3}set_admission\0\u{3}add_pending\0\u{3}admit_pending\0\u{3}epoch_keys\0\u{3}epoch_key_commitment\0\u{3}rotate_invites\0\u{3}reject_pending\0")
 
   fileprivate class _StorageClass {
     var _groupID: String = String()
@@ -1466,9 +1763,100 @@ nonisolated extension WireGroupCommit: SwiftProtobuf.Message, SwiftProtobuf._Mes
             _storage._action = .setWelcome(v)
           }
         }()
+        case 24: try {
+          var v: WireDeleteGroup?
+          var hadOneofValue = false
+          if let current = _storage._action {
+            hadOneofValue = true
+            if case .deleteGroup(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._action = .deleteGroup(v)
+          }
+        }()
+        case 25: try {
+          var v: WireSetGroupLink?
+          var hadOneofValue = false
+          if let current = _storage._action {
+            hadOneofValue = true
+            if case .setGroupLink(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._action = .setGroupLink(v)
+          }
+        }()
+        case 26: try {
+          var v: WireDeleteGroupLink?
+          var hadOneofValue = false
+          if let current = _storage._action {
+            hadOneofValue = true
+            if case .deleteGroupLink(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._action = .deleteGroupLink(v)
+          }
+        }()
+        case 27: try {
+          var v: WireSetAdmission?
+          var hadOneofValue = false
+          if let current = _storage._action {
+            hadOneofValue = true
+            if case .setAdmission(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._action = .setAdmission(v)
+          }
+        }()
+        case 28: try {
+          var v: WireAddPending?
+          var hadOneofValue = false
+          if let current = _storage._action {
+            hadOneofValue = true
+            if case .addPending(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._action = .addPending(v)
+          }
+        }()
+        case 29: try {
+          var v: WireAdmitPending?
+          var hadOneofValue = false
+          if let current = _storage._action {
+            hadOneofValue = true
+            if case .admitPending(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._action = .admitPending(v)
+          }
+        }()
         case 30: try { try decoder.decodeRepeatedMessageField(value: &_storage._epochKeys) }()
         case 31: try { try decoder.decodeSingularBytesField(value: &_storage._epochKeyCommitment) }()
         case 32: try { try decoder.decodeSingularMessageField(value: &_storage._rotateInvites) }()
+        case 33: try {
+          var v: WireRejectPending?
+          var hadOneofValue = false
+          if let current = _storage._action {
+            hadOneofValue = true
+            if case .rejectPending(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._action = .rejectPending(v)
+          }
+        }()
         default: break
         }
       }
@@ -1556,7 +1944,31 @@ nonisolated extension WireGroupCommit: SwiftProtobuf.Message, SwiftProtobuf._Mes
         guard case .setWelcome(let v)? = _storage._action else { preconditionFailure() }
         try visitor.visitSingularMessageField(value: v, fieldNumber: 23)
       }()
-      case nil: break
+      case .deleteGroup?: try {
+        guard case .deleteGroup(let v)? = _storage._action else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 24)
+      }()
+      case .setGroupLink?: try {
+        guard case .setGroupLink(let v)? = _storage._action else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 25)
+      }()
+      case .deleteGroupLink?: try {
+        guard case .deleteGroupLink(let v)? = _storage._action else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 26)
+      }()
+      case .setAdmission?: try {
+        guard case .setAdmission(let v)? = _storage._action else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 27)
+      }()
+      case .addPending?: try {
+        guard case .addPending(let v)? = _storage._action else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 28)
+      }()
+      case .admitPending?: try {
+        guard case .admitPending(let v)? = _storage._action else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 29)
+      }()
+      default: break
       }
       if !_storage._epochKeys.isEmpty {
         try visitor.visitRepeatedMessageField(value: _storage._epochKeys, fieldNumber: 30)
@@ -1566,6 +1978,9 @@ nonisolated extension WireGroupCommit: SwiftProtobuf.Message, SwiftProtobuf._Mes
       }
       try { if let v = _storage._rotateInvites {
         try visitor.visitSingularMessageField(value: v, fieldNumber: 32)
+      } }()
+      try { if case .rejectPending(let v)? = _storage._action {
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 33)
       } }()
     }
     try unknownFields.traverse(visitor: &visitor)
@@ -1942,6 +2357,223 @@ nonisolated extension WireSetWelcomeMessage: SwiftProtobuf.Message, SwiftProtobu
   }
 }
 
+nonisolated extension WireDeleteGroup: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".DeleteGroup"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap()
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    // Load everything into unknown fields
+    while try decoder.nextFieldNumber() != nil {}
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: WireDeleteGroup, rhs: WireDeleteGroup) -> Bool {
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension WireSetGroupLink: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".SetGroupLink"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}signed_invite\0\u{1}role\0\u{1}admission\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularBytesField(value: &self.signedInvite) }()
+      case 2: try { try decoder.decodeSingularEnumField(value: &self.role) }()
+      case 3: try { try decoder.decodeSingularEnumField(value: &self.admission) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.signedInvite.isEmpty {
+      try visitor.visitSingularBytesField(value: self.signedInvite, fieldNumber: 1)
+    }
+    if self.role != .unspecified {
+      try visitor.visitSingularEnumField(value: self.role, fieldNumber: 2)
+    }
+    if self.admission != .auto {
+      try visitor.visitSingularEnumField(value: self.admission, fieldNumber: 3)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: WireSetGroupLink, rhs: WireSetGroupLink) -> Bool {
+    if lhs.signedInvite != rhs.signedInvite {return false}
+    if lhs.role != rhs.role {return false}
+    if lhs.admission != rhs.admission {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension WireDeleteGroupLink: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".DeleteGroupLink"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap()
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    // Load everything into unknown fields
+    while try decoder.nextFieldNumber() != nil {}
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: WireDeleteGroupLink, rhs: WireDeleteGroupLink) -> Bool {
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension WireSetAdmission: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".SetAdmission"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}admission\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularEnumField(value: &self.admission) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.admission != .auto {
+      try visitor.visitSingularEnumField(value: self.admission, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: WireSetAdmission, rhs: WireSetAdmission) -> Bool {
+    if lhs.admission != rhs.admission {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension WireAddPending: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".AddPending"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}member\0\u{1}role\0\u{3}via_invite\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularMessageField(value: &self._member) }()
+      case 2: try { try decoder.decodeSingularEnumField(value: &self.role) }()
+      case 3: try { try decoder.decodeSingularMessageField(value: &self._viaInvite) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
+    try { if let v = self._member {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 1)
+    } }()
+    if self.role != .unspecified {
+      try visitor.visitSingularEnumField(value: self.role, fieldNumber: 2)
+    }
+    try { if let v = self._viaInvite {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 3)
+    } }()
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: WireAddPending, rhs: WireAddPending) -> Bool {
+    if lhs._member != rhs._member {return false}
+    if lhs.role != rhs.role {return false}
+    if lhs._viaInvite != rhs._viaInvite {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension WireAdmitPending: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".AdmitPending"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}inbox_id\0\u{1}role\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.inboxID) }()
+      case 2: try { try decoder.decodeSingularEnumField(value: &self.role) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.inboxID.isEmpty {
+      try visitor.visitSingularStringField(value: self.inboxID, fieldNumber: 1)
+    }
+    if self.role != .unspecified {
+      try visitor.visitSingularEnumField(value: self.role, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: WireAdmitPending, rhs: WireAdmitPending) -> Bool {
+    if lhs.inboxID != rhs.inboxID {return false}
+    if lhs.role != rhs.role {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension WireRejectPending: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".RejectPending"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}inbox_id\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.inboxID) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.inboxID.isEmpty {
+      try visitor.visitSingularStringField(value: self.inboxID, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: WireRejectPending, rhs: WireRejectPending) -> Bool {
+    if lhs.inboxID != rhs.inboxID {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
 nonisolated extension WireLeaveGroup: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".LeaveGroup"
   public static let _protobuf_nameMap = SwiftProtobuf._NameMap()
@@ -2238,7 +2870,7 @@ nonisolated extension WireGroupMemberRecord: SwiftProtobuf.Message, SwiftProtobu
 
 nonisolated extension WireGroupSnapshot: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".GroupSnapshot"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}group_id\0\u{1}epoch\0\u{1}profile\0\u{1}members\0\u{3}needs_rekey\0\u{3}last_commit_id\0\u{3}applied_commit_ids\0\u{3}invite_identity\0\u{3}invite_tag\0\u{3}invite_uses\0\u{3}admitted_join_requests\0\u{1}banned\0\u{1}exploded\0\u{3}retired_invite_tags\0\u{1}transcript\0\u{3}invites_need_rotation\0\u{3}retired_invite_identities\0\u{1}blocked\0\u{3}welcome_message\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}group_id\0\u{1}epoch\0\u{1}profile\0\u{1}members\0\u{3}needs_rekey\0\u{3}last_commit_id\0\u{3}applied_commit_ids\0\u{3}invite_identity\0\u{3}invite_tag\0\u{3}invite_uses\0\u{3}admitted_join_requests\0\u{1}banned\0\u{1}exploded\0\u{3}retired_invite_tags\0\u{1}transcript\0\u{3}invites_need_rotation\0\u{3}retired_invite_identities\0\u{1}blocked\0\u{3}welcome_message\0\u{1}deleted\0\u{3}group_link\0\u{1}admission\0\u{1}pending\0\u{3}retired_link_tags\0")
 
   fileprivate class _StorageClass {
     var _groupID: String = String()
@@ -2260,6 +2892,11 @@ nonisolated extension WireGroupSnapshot: SwiftProtobuf.Message, SwiftProtobuf._M
     var _retiredInviteIdentities: [WireKeyBundle] = []
     var _blocked: [String] = []
     var _welcomeMessage: String = String()
+    var _deleted: Bool = false
+    var _groupLink: WireGroupLinkRecord? = nil
+    var _admission: WireGroupAdmission = .auto
+    var _pending: [WirePendingMemberRecord] = []
+    var _retiredLinkTags: [Data] = []
 
       // This property is used as the initial default value for new instances of the type.
       // The type itself is protecting the reference to its storage via CoW semantics.
@@ -2289,6 +2926,11 @@ nonisolated extension WireGroupSnapshot: SwiftProtobuf.Message, SwiftProtobuf._M
       _retiredInviteIdentities = source._retiredInviteIdentities
       _blocked = source._blocked
       _welcomeMessage = source._welcomeMessage
+      _deleted = source._deleted
+      _groupLink = source._groupLink
+      _admission = source._admission
+      _pending = source._pending
+      _retiredLinkTags = source._retiredLinkTags
     }
   }
 
@@ -2326,6 +2968,11 @@ nonisolated extension WireGroupSnapshot: SwiftProtobuf.Message, SwiftProtobuf._M
         case 17: try { try decoder.decodeRepeatedMessageField(value: &_storage._retiredInviteIdentities) }()
         case 18: try { try decoder.decodeRepeatedStringField(value: &_storage._blocked) }()
         case 19: try { try decoder.decodeSingularStringField(value: &_storage._welcomeMessage) }()
+        case 20: try { try decoder.decodeSingularBoolField(value: &_storage._deleted) }()
+        case 21: try { try decoder.decodeSingularMessageField(value: &_storage._groupLink) }()
+        case 22: try { try decoder.decodeSingularEnumField(value: &_storage._admission) }()
+        case 23: try { try decoder.decodeRepeatedMessageField(value: &_storage._pending) }()
+        case 24: try { try decoder.decodeRepeatedBytesField(value: &_storage._retiredLinkTags) }()
         default: break
         }
       }
@@ -2395,6 +3042,21 @@ nonisolated extension WireGroupSnapshot: SwiftProtobuf.Message, SwiftProtobuf._M
       if !_storage._welcomeMessage.isEmpty {
         try visitor.visitSingularStringField(value: _storage._welcomeMessage, fieldNumber: 19)
       }
+      if _storage._deleted != false {
+        try visitor.visitSingularBoolField(value: _storage._deleted, fieldNumber: 20)
+      }
+      try { if let v = _storage._groupLink {
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 21)
+      } }()
+      if _storage._admission != .auto {
+        try visitor.visitSingularEnumField(value: _storage._admission, fieldNumber: 22)
+      }
+      if !_storage._pending.isEmpty {
+        try visitor.visitRepeatedMessageField(value: _storage._pending, fieldNumber: 23)
+      }
+      if !_storage._retiredLinkTags.isEmpty {
+        try visitor.visitRepeatedBytesField(value: _storage._retiredLinkTags, fieldNumber: 24)
+      }
     }
     try unknownFields.traverse(visitor: &visitor)
   }
@@ -2423,10 +3085,99 @@ nonisolated extension WireGroupSnapshot: SwiftProtobuf.Message, SwiftProtobuf._M
         if _storage._retiredInviteIdentities != rhs_storage._retiredInviteIdentities {return false}
         if _storage._blocked != rhs_storage._blocked {return false}
         if _storage._welcomeMessage != rhs_storage._welcomeMessage {return false}
+        if _storage._deleted != rhs_storage._deleted {return false}
+        if _storage._groupLink != rhs_storage._groupLink {return false}
+        if _storage._admission != rhs_storage._admission {return false}
+        if _storage._pending != rhs_storage._pending {return false}
+        if _storage._retiredLinkTags != rhs_storage._retiredLinkTags {return false}
         return true
       }
       if !storagesAreEqual {return false}
     }
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension WireGroupLinkRecord: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".GroupLinkRecord"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}signed_invite\0\u{1}role\0\u{1}admission\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularBytesField(value: &self.signedInvite) }()
+      case 2: try { try decoder.decodeSingularEnumField(value: &self.role) }()
+      case 3: try { try decoder.decodeSingularEnumField(value: &self.admission) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.signedInvite.isEmpty {
+      try visitor.visitSingularBytesField(value: self.signedInvite, fieldNumber: 1)
+    }
+    if self.role != .unspecified {
+      try visitor.visitSingularEnumField(value: self.role, fieldNumber: 2)
+    }
+    if self.admission != .auto {
+      try visitor.visitSingularEnumField(value: self.admission, fieldNumber: 3)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: WireGroupLinkRecord, rhs: WireGroupLinkRecord) -> Bool {
+    if lhs.signedInvite != rhs.signedInvite {return false}
+    if lhs.role != rhs.role {return false}
+    if lhs.admission != rhs.admission {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension WirePendingMemberRecord: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".PendingMemberRecord"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}identity\0\u{1}role\0\u{3}added_by\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularMessageField(value: &self._identity) }()
+      case 2: try { try decoder.decodeSingularEnumField(value: &self.role) }()
+      case 3: try { try decoder.decodeSingularStringField(value: &self.addedBy) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
+    try { if let v = self._identity {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 1)
+    } }()
+    if self.role != .unspecified {
+      try visitor.visitSingularEnumField(value: self.role, fieldNumber: 2)
+    }
+    if !self.addedBy.isEmpty {
+      try visitor.visitSingularStringField(value: self.addedBy, fieldNumber: 3)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: WirePendingMemberRecord, rhs: WirePendingMemberRecord) -> Bool {
+    if lhs._identity != rhs._identity {return false}
+    if lhs.role != rhs.role {return false}
+    if lhs.addedBy != rhs.addedBy {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

@@ -28,58 +28,108 @@ fileprivate nonisolated struct _GeneratedWithProtocGenSwiftVersion: SwiftProtobu
 }
 
 /// What an invite link carries, signed by its issuer.
-public nonisolated struct WireInvitePayload: Sendable {
+public nonisolated struct WireInvitePayload: @unchecked Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
 
   /// Random, 16 bytes; rotating the group's invite tag revokes every
   /// outstanding invite.
-  public var inviteTag: Data = Data()
+  public var inviteTag: Data {
+    get {_storage._inviteTag}
+    set {_uniqueStorage()._inviteTag = newValue}
+  }
 
   public var issuer: WireKeyBundle {
-    get {_issuer ?? WireKeyBundle()}
-    set {_issuer = newValue}
+    get {_storage._issuer ?? WireKeyBundle()}
+    set {_uniqueStorage()._issuer = newValue}
   }
   /// Returns true if `issuer` has been explicitly set.
-  public var hasIssuer: Bool {self._issuer != nil}
+  public var hasIssuer: Bool {_storage._issuer != nil}
   /// Clears the value of `issuer`. Subsequent reads from it will return its default value.
-  public mutating func clearIssuer() {self._issuer = nil}
+  public mutating func clearIssuer() {_uniqueStorage()._issuer = nil}
 
   /// The group id, encrypted (ChaCha20-Poly1305, aad = "rally-invite-ref-v1",
   /// tag and issuer inbox id) under a key derived from the group's invite
   /// seed: only admins can read it, and only admins can make one.
-  public var groupReference: Data = Data()
+  public var groupReference: Data {
+    get {_storage._groupReference}
+    set {_uniqueStorage()._groupReference = newValue}
+  }
 
   /// Where join requests go: the inbox of the group's invite identity,
   /// which every admin's client reads.
-  public var joinInboxID: String = String()
+  public var joinInboxID: String {
+    get {_storage._joinInboxID}
+    set {_uniqueStorage()._joinInboxID = newValue}
+  }
 
-  public var name: String = String()
+  public var name: String {
+    get {_storage._name}
+    set {_uniqueStorage()._name = newValue}
+  }
 
-  public var description_p: String = String()
+  public var description_p: String {
+    get {_storage._description_p}
+    set {_uniqueStorage()._description_p = newValue}
+  }
 
-  public var imageURL: String = String()
+  public var imageURL: String {
+    get {_storage._imageURL}
+    set {_uniqueStorage()._imageURL = newValue}
+  }
 
   /// 0 = never expires.
-  public var expiresAtMs: Int64 = 0
+  public var expiresAtMs: Int64 {
+    get {_storage._expiresAtMs}
+    set {_uniqueStorage()._expiresAtMs = newValue}
+  }
 
-  public var singleUse: Bool = false
+  public var singleUse: Bool {
+    get {_storage._singleUse}
+    set {_uniqueStorage()._singleUse = newValue}
+  }
 
   /// 0 = unlimited.
-  public var maxUses: UInt32 = 0
+  public var maxUses: UInt32 {
+    get {_storage._maxUses}
+    set {_uniqueStorage()._maxUses = newValue}
+  }
 
-  public var role: WireGroupRole = .unspecified
+  public var role: WireGroupRole {
+    get {_storage._role}
+    set {_uniqueStorage()._role = newValue}
+  }
 
-  public var requiresApproval: Bool = false
+  public var requiresApproval: Bool {
+    get {_storage._requiresApproval}
+    set {_uniqueStorage()._requiresApproval = newValue}
+  }
 
-  public var createdAtMs: Int64 = 0
+  public var createdAtMs: Int64 {
+    get {_storage._createdAtMs}
+    set {_uniqueStorage()._createdAtMs = newValue}
+  }
+
+  /// For a group link: SHA-256 of the group's image, so the preview can say
+  /// which image the group shows (the image itself travels only sealed).
+  public var imageSha256: Data {
+    get {_storage._imageSha256}
+    set {_uniqueStorage()._imageSha256 = newValue}
+  }
+
+  /// For a personal invitation (`rally group add`): the invitee's inbox id.
+  /// Only that inbox may use it, and only while the invitation stands.
+  public var invitee: String {
+    get {_storage._invitee}
+    set {_uniqueStorage()._invitee = newValue}
+  }
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
 
-  fileprivate var _issuer: WireKeyBundle? = nil
+  fileprivate var _storage = _StorageClass.defaultInstance
 }
 
 /// `payload` is a serialized InvitePayload; `signature` is Ed25519 by
@@ -119,6 +169,9 @@ public nonisolated struct WireJoinRequest: Sendable {
   /// handled once.
   public var requestID: Data = Data()
 
+  /// The invitee turns a personal invitation down instead of joining.
+  public var decline: Bool = false
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -132,93 +185,167 @@ fileprivate nonisolated let _protobuf_package = "rally.v1"
 
 nonisolated extension WireInvitePayload: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".InvitePayload"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}invite_tag\0\u{1}issuer\0\u{3}group_reference\0\u{3}join_inbox_id\0\u{1}name\0\u{1}description\0\u{3}image_url\0\u{3}expires_at_ms\0\u{3}single_use\0\u{3}max_uses\0\u{1}role\0\u{3}requires_approval\0\u{3}created_at_ms\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}invite_tag\0\u{1}issuer\0\u{3}group_reference\0\u{3}join_inbox_id\0\u{1}name\0\u{1}description\0\u{3}image_url\0\u{3}expires_at_ms\0\u{3}single_use\0\u{3}max_uses\0\u{1}role\0\u{3}requires_approval\0\u{3}created_at_ms\0\u{3}image_sha256\0\u{1}invitee\0")
+
+  fileprivate class _StorageClass {
+    var _inviteTag: Data = Data()
+    var _issuer: WireKeyBundle? = nil
+    var _groupReference: Data = Data()
+    var _joinInboxID: String = String()
+    var _name: String = String()
+    var _description_p: String = String()
+    var _imageURL: String = String()
+    var _expiresAtMs: Int64 = 0
+    var _singleUse: Bool = false
+    var _maxUses: UInt32 = 0
+    var _role: WireGroupRole = .unspecified
+    var _requiresApproval: Bool = false
+    var _createdAtMs: Int64 = 0
+    var _imageSha256: Data = Data()
+    var _invitee: String = String()
+
+      // This property is used as the initial default value for new instances of the type.
+      // The type itself is protecting the reference to its storage via CoW semantics.
+      // This will force a copy to be made of this reference when the first mutation occurs;
+      // hence, it is safe to mark this as `nonisolated(unsafe)`.
+      static nonisolated(unsafe) let defaultInstance = _StorageClass()
+
+    private init() {}
+
+    init(copying source: _StorageClass) {
+      _inviteTag = source._inviteTag
+      _issuer = source._issuer
+      _groupReference = source._groupReference
+      _joinInboxID = source._joinInboxID
+      _name = source._name
+      _description_p = source._description_p
+      _imageURL = source._imageURL
+      _expiresAtMs = source._expiresAtMs
+      _singleUse = source._singleUse
+      _maxUses = source._maxUses
+      _role = source._role
+      _requiresApproval = source._requiresApproval
+      _createdAtMs = source._createdAtMs
+      _imageSha256 = source._imageSha256
+      _invitee = source._invitee
+    }
+  }
+
+  fileprivate mutating func _uniqueStorage() -> _StorageClass {
+    if !isKnownUniquelyReferenced(&_storage) {
+      _storage = _StorageClass(copying: _storage)
+    }
+    return _storage
+  }
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
-    while let fieldNumber = try decoder.nextFieldNumber() {
-      // The use of inline closures is to circumvent an issue where the compiler
-      // allocates stack space for every case branch when no optimizations are
-      // enabled. https://github.com/apple/swift-protobuf/issues/1034
-      switch fieldNumber {
-      case 1: try { try decoder.decodeSingularBytesField(value: &self.inviteTag) }()
-      case 2: try { try decoder.decodeSingularMessageField(value: &self._issuer) }()
-      case 3: try { try decoder.decodeSingularBytesField(value: &self.groupReference) }()
-      case 4: try { try decoder.decodeSingularStringField(value: &self.joinInboxID) }()
-      case 5: try { try decoder.decodeSingularStringField(value: &self.name) }()
-      case 6: try { try decoder.decodeSingularStringField(value: &self.description_p) }()
-      case 7: try { try decoder.decodeSingularStringField(value: &self.imageURL) }()
-      case 8: try { try decoder.decodeSingularInt64Field(value: &self.expiresAtMs) }()
-      case 9: try { try decoder.decodeSingularBoolField(value: &self.singleUse) }()
-      case 10: try { try decoder.decodeSingularUInt32Field(value: &self.maxUses) }()
-      case 11: try { try decoder.decodeSingularEnumField(value: &self.role) }()
-      case 12: try { try decoder.decodeSingularBoolField(value: &self.requiresApproval) }()
-      case 13: try { try decoder.decodeSingularInt64Field(value: &self.createdAtMs) }()
-      default: break
+    _ = _uniqueStorage()
+    try withExtendedLifetime(_storage) { (_storage: _StorageClass) in
+      while let fieldNumber = try decoder.nextFieldNumber() {
+        // The use of inline closures is to circumvent an issue where the compiler
+        // allocates stack space for every case branch when no optimizations are
+        // enabled. https://github.com/apple/swift-protobuf/issues/1034
+        switch fieldNumber {
+        case 1: try { try decoder.decodeSingularBytesField(value: &_storage._inviteTag) }()
+        case 2: try { try decoder.decodeSingularMessageField(value: &_storage._issuer) }()
+        case 3: try { try decoder.decodeSingularBytesField(value: &_storage._groupReference) }()
+        case 4: try { try decoder.decodeSingularStringField(value: &_storage._joinInboxID) }()
+        case 5: try { try decoder.decodeSingularStringField(value: &_storage._name) }()
+        case 6: try { try decoder.decodeSingularStringField(value: &_storage._description_p) }()
+        case 7: try { try decoder.decodeSingularStringField(value: &_storage._imageURL) }()
+        case 8: try { try decoder.decodeSingularInt64Field(value: &_storage._expiresAtMs) }()
+        case 9: try { try decoder.decodeSingularBoolField(value: &_storage._singleUse) }()
+        case 10: try { try decoder.decodeSingularUInt32Field(value: &_storage._maxUses) }()
+        case 11: try { try decoder.decodeSingularEnumField(value: &_storage._role) }()
+        case 12: try { try decoder.decodeSingularBoolField(value: &_storage._requiresApproval) }()
+        case 13: try { try decoder.decodeSingularInt64Field(value: &_storage._createdAtMs) }()
+        case 14: try { try decoder.decodeSingularBytesField(value: &_storage._imageSha256) }()
+        case 15: try { try decoder.decodeSingularStringField(value: &_storage._invitee) }()
+        default: break
+        }
       }
     }
   }
 
   public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
-    // The use of inline closures is to circumvent an issue where the compiler
-    // allocates stack space for every if/case branch local when no optimizations
-    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
-    // https://github.com/apple/swift-protobuf/issues/1182
-    if !self.inviteTag.isEmpty {
-      try visitor.visitSingularBytesField(value: self.inviteTag, fieldNumber: 1)
-    }
-    try { if let v = self._issuer {
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 2)
-    } }()
-    if !self.groupReference.isEmpty {
-      try visitor.visitSingularBytesField(value: self.groupReference, fieldNumber: 3)
-    }
-    if !self.joinInboxID.isEmpty {
-      try visitor.visitSingularStringField(value: self.joinInboxID, fieldNumber: 4)
-    }
-    if !self.name.isEmpty {
-      try visitor.visitSingularStringField(value: self.name, fieldNumber: 5)
-    }
-    if !self.description_p.isEmpty {
-      try visitor.visitSingularStringField(value: self.description_p, fieldNumber: 6)
-    }
-    if !self.imageURL.isEmpty {
-      try visitor.visitSingularStringField(value: self.imageURL, fieldNumber: 7)
-    }
-    if self.expiresAtMs != 0 {
-      try visitor.visitSingularInt64Field(value: self.expiresAtMs, fieldNumber: 8)
-    }
-    if self.singleUse != false {
-      try visitor.visitSingularBoolField(value: self.singleUse, fieldNumber: 9)
-    }
-    if self.maxUses != 0 {
-      try visitor.visitSingularUInt32Field(value: self.maxUses, fieldNumber: 10)
-    }
-    if self.role != .unspecified {
-      try visitor.visitSingularEnumField(value: self.role, fieldNumber: 11)
-    }
-    if self.requiresApproval != false {
-      try visitor.visitSingularBoolField(value: self.requiresApproval, fieldNumber: 12)
-    }
-    if self.createdAtMs != 0 {
-      try visitor.visitSingularInt64Field(value: self.createdAtMs, fieldNumber: 13)
+    try withExtendedLifetime(_storage) { (_storage: _StorageClass) in
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every if/case branch local when no optimizations
+      // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+      // https://github.com/apple/swift-protobuf/issues/1182
+      if !_storage._inviteTag.isEmpty {
+        try visitor.visitSingularBytesField(value: _storage._inviteTag, fieldNumber: 1)
+      }
+      try { if let v = _storage._issuer {
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 2)
+      } }()
+      if !_storage._groupReference.isEmpty {
+        try visitor.visitSingularBytesField(value: _storage._groupReference, fieldNumber: 3)
+      }
+      if !_storage._joinInboxID.isEmpty {
+        try visitor.visitSingularStringField(value: _storage._joinInboxID, fieldNumber: 4)
+      }
+      if !_storage._name.isEmpty {
+        try visitor.visitSingularStringField(value: _storage._name, fieldNumber: 5)
+      }
+      if !_storage._description_p.isEmpty {
+        try visitor.visitSingularStringField(value: _storage._description_p, fieldNumber: 6)
+      }
+      if !_storage._imageURL.isEmpty {
+        try visitor.visitSingularStringField(value: _storage._imageURL, fieldNumber: 7)
+      }
+      if _storage._expiresAtMs != 0 {
+        try visitor.visitSingularInt64Field(value: _storage._expiresAtMs, fieldNumber: 8)
+      }
+      if _storage._singleUse != false {
+        try visitor.visitSingularBoolField(value: _storage._singleUse, fieldNumber: 9)
+      }
+      if _storage._maxUses != 0 {
+        try visitor.visitSingularUInt32Field(value: _storage._maxUses, fieldNumber: 10)
+      }
+      if _storage._role != .unspecified {
+        try visitor.visitSingularEnumField(value: _storage._role, fieldNumber: 11)
+      }
+      if _storage._requiresApproval != false {
+        try visitor.visitSingularBoolField(value: _storage._requiresApproval, fieldNumber: 12)
+      }
+      if _storage._createdAtMs != 0 {
+        try visitor.visitSingularInt64Field(value: _storage._createdAtMs, fieldNumber: 13)
+      }
+      if !_storage._imageSha256.isEmpty {
+        try visitor.visitSingularBytesField(value: _storage._imageSha256, fieldNumber: 14)
+      }
+      if !_storage._invitee.isEmpty {
+        try visitor.visitSingularStringField(value: _storage._invitee, fieldNumber: 15)
+      }
     }
     try unknownFields.traverse(visitor: &visitor)
   }
 
   public static func ==(lhs: WireInvitePayload, rhs: WireInvitePayload) -> Bool {
-    if lhs.inviteTag != rhs.inviteTag {return false}
-    if lhs._issuer != rhs._issuer {return false}
-    if lhs.groupReference != rhs.groupReference {return false}
-    if lhs.joinInboxID != rhs.joinInboxID {return false}
-    if lhs.name != rhs.name {return false}
-    if lhs.description_p != rhs.description_p {return false}
-    if lhs.imageURL != rhs.imageURL {return false}
-    if lhs.expiresAtMs != rhs.expiresAtMs {return false}
-    if lhs.singleUse != rhs.singleUse {return false}
-    if lhs.maxUses != rhs.maxUses {return false}
-    if lhs.role != rhs.role {return false}
-    if lhs.requiresApproval != rhs.requiresApproval {return false}
-    if lhs.createdAtMs != rhs.createdAtMs {return false}
+    if lhs._storage !== rhs._storage {
+      let storagesAreEqual: Bool = withExtendedLifetime((lhs._storage, rhs._storage)) { (_args: (_StorageClass, _StorageClass)) in
+        let _storage = _args.0
+        let rhs_storage = _args.1
+        if _storage._inviteTag != rhs_storage._inviteTag {return false}
+        if _storage._issuer != rhs_storage._issuer {return false}
+        if _storage._groupReference != rhs_storage._groupReference {return false}
+        if _storage._joinInboxID != rhs_storage._joinInboxID {return false}
+        if _storage._name != rhs_storage._name {return false}
+        if _storage._description_p != rhs_storage._description_p {return false}
+        if _storage._imageURL != rhs_storage._imageURL {return false}
+        if _storage._expiresAtMs != rhs_storage._expiresAtMs {return false}
+        if _storage._singleUse != rhs_storage._singleUse {return false}
+        if _storage._maxUses != rhs_storage._maxUses {return false}
+        if _storage._role != rhs_storage._role {return false}
+        if _storage._requiresApproval != rhs_storage._requiresApproval {return false}
+        if _storage._createdAtMs != rhs_storage._createdAtMs {return false}
+        if _storage._imageSha256 != rhs_storage._imageSha256 {return false}
+        if _storage._invitee != rhs_storage._invitee {return false}
+        return true
+      }
+      if !storagesAreEqual {return false}
+    }
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -261,7 +388,7 @@ nonisolated extension WireSignedInvite: SwiftProtobuf.Message, SwiftProtobuf._Me
 
 nonisolated extension WireJoinRequest: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".JoinRequest"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}invite\0\u{3}request_id\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}invite\0\u{3}request_id\0\u{1}decline\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -271,6 +398,7 @@ nonisolated extension WireJoinRequest: SwiftProtobuf.Message, SwiftProtobuf._Mes
       switch fieldNumber {
       case 1: try { try decoder.decodeSingularMessageField(value: &self._invite) }()
       case 2: try { try decoder.decodeSingularBytesField(value: &self.requestID) }()
+      case 3: try { try decoder.decodeSingularBoolField(value: &self.decline) }()
       default: break
       }
     }
@@ -287,12 +415,16 @@ nonisolated extension WireJoinRequest: SwiftProtobuf.Message, SwiftProtobuf._Mes
     if !self.requestID.isEmpty {
       try visitor.visitSingularBytesField(value: self.requestID, fieldNumber: 2)
     }
+    if self.decline != false {
+      try visitor.visitSingularBoolField(value: self.decline, fieldNumber: 3)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
   public static func ==(lhs: WireJoinRequest, rhs: WireJoinRequest) -> Bool {
     if lhs._invite != rhs._invite {return false}
     if lhs.requestID != rhs.requestID {return false}
+    if lhs.decline != rhs.decline {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

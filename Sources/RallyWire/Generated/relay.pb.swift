@@ -64,6 +64,10 @@ public nonisolated enum WireErrorCode: SwiftProtobuf.Enum, Swift.CaseIterable {
 
   /// The connection was idle for longer than the relay allows.
   case idleTimeout // = 21
+
+  /// The topic was deleted by a holder of its current access key; nothing
+  /// of it is kept but this answer.
+  case topicDeleted // = 22
   case UNRECOGNIZED(Int)
 
   public init() {
@@ -94,6 +98,7 @@ public nonisolated enum WireErrorCode: SwiftProtobuf.Enum, Swift.CaseIterable {
     case 19: self = .accessRevoked
     case 20: self = .tooManyConnections
     case 21: self = .idleTimeout
+    case 22: self = .topicDeleted
     default: self = .UNRECOGNIZED(rawValue)
     }
   }
@@ -122,6 +127,7 @@ public nonisolated enum WireErrorCode: SwiftProtobuf.Enum, Swift.CaseIterable {
     case .accessRevoked: return 19
     case .tooManyConnections: return 20
     case .idleTimeout: return 21
+    case .topicDeleted: return 22
     case .UNRECOGNIZED(let i): return i
     }
   }
@@ -150,6 +156,7 @@ public nonisolated enum WireErrorCode: SwiftProtobuf.Enum, Swift.CaseIterable {
     .accessRevoked,
     .tooManyConnections,
     .idleTimeout,
+    .topicDeleted,
   ]
 
 }
@@ -696,7 +703,7 @@ public nonisolated struct WireFetchResponse: Sendable {
 fileprivate nonisolated let _protobuf_package = "rally.v1"
 
 nonisolated extension WireErrorCode: SwiftProtobuf._ProtoNameProviding {
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0ERROR_CODE_UNSPECIFIED\0\u{1}ERROR_CODE_MALFORMED_FRAME\0\u{1}ERROR_CODE_FRAME_TOO_LARGE\0\u{1}ERROR_CODE_NOT_AUTHENTICATED\0\u{1}ERROR_CODE_AUTHENTICATION_FAILED\0\u{1}ERROR_CODE_AUTHENTICATION_TIMEOUT\0\u{1}ERROR_CODE_FORBIDDEN\0\u{1}ERROR_CODE_RATE_LIMITED\0\u{1}ERROR_CODE_PAYLOAD_TOO_LARGE\0\u{1}ERROR_CODE_INVALID_TOPIC\0\u{1}ERROR_CODE_NOT_FOUND\0\u{1}ERROR_CODE_INVALID_SIGNATURE\0\u{1}ERROR_CODE_SLOW_CONSUMER\0\u{1}ERROR_CODE_TOO_MANY_SUBSCRIPTIONS\0\u{1}ERROR_CODE_SHUTTING_DOWN\0\u{1}ERROR_CODE_INTERNAL\0\u{1}ERROR_CODE_INVALID_REQUEST\0\u{1}ERROR_CODE_CONFLICT\0\u{1}ERROR_CODE_QUOTA_EXCEEDED\0\u{1}ERROR_CODE_ACCESS_REVOKED\0\u{1}ERROR_CODE_TOO_MANY_CONNECTIONS\0\u{1}ERROR_CODE_IDLE_TIMEOUT\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0ERROR_CODE_UNSPECIFIED\0\u{1}ERROR_CODE_MALFORMED_FRAME\0\u{1}ERROR_CODE_FRAME_TOO_LARGE\0\u{1}ERROR_CODE_NOT_AUTHENTICATED\0\u{1}ERROR_CODE_AUTHENTICATION_FAILED\0\u{1}ERROR_CODE_AUTHENTICATION_TIMEOUT\0\u{1}ERROR_CODE_FORBIDDEN\0\u{1}ERROR_CODE_RATE_LIMITED\0\u{1}ERROR_CODE_PAYLOAD_TOO_LARGE\0\u{1}ERROR_CODE_INVALID_TOPIC\0\u{1}ERROR_CODE_NOT_FOUND\0\u{1}ERROR_CODE_INVALID_SIGNATURE\0\u{1}ERROR_CODE_SLOW_CONSUMER\0\u{1}ERROR_CODE_TOO_MANY_SUBSCRIPTIONS\0\u{1}ERROR_CODE_SHUTTING_DOWN\0\u{1}ERROR_CODE_INTERNAL\0\u{1}ERROR_CODE_INVALID_REQUEST\0\u{1}ERROR_CODE_CONFLICT\0\u{1}ERROR_CODE_QUOTA_EXCEEDED\0\u{1}ERROR_CODE_ACCESS_REVOKED\0\u{1}ERROR_CODE_TOO_MANY_CONNECTIONS\0\u{1}ERROR_CODE_IDLE_TIMEOUT\0\u{1}ERROR_CODE_TOPIC_DELETED\0")
 }
 
 nonisolated extension WireEnvelope: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
