@@ -8,7 +8,9 @@ struct GroupCommand: AsyncParsableCommand {
         commandName: "group", abstract: "End-to-end encrypted groups with roles.",
         subcommands: [
             Create.self, Add.self, Remove.self, Send.self, Read.self, Members.self, List.self, Explode.self,
-            Profile.self, Role.self, Block.self, Unblock.self, Welcome.self, Leave.self, Delete.self,
+            Profile.self, Role.self, Block.self, Unblock.self, Welcome.self, Leave.self, Delete.self, Admission.self,
+            Pending.self, Admit.self, Reject.self, Support.self,
+            Link.self,
         ])
 
     struct GroupJSON: Encodable {

@@ -38,6 +38,7 @@ struct InviteCommand: AsyncParsableCommand {
         @Option(help: "Admit at most N people.") var maxUses: UInt32?
         @Option(help: "Role the invite grants: observer, member, moderator or admin.") var role = "member"
         @Option(help: "Name shown to the joiner (default: the group's name).") var name: String?
+        @Flag(help: "Joiners wait for a moderator's approval (`rally group pending`).") var approval = false
         @Flag(help: "Draw the link as a QR code in the terminal (dark blocks on a light background).") var qr = false
         @Flag(help: "With --qr: draw for a terminal with light text on a dark background.") var qrInverted = false
         @Option(help: "Write the link as a QR code PNG to this file.") var qrPng: String?
@@ -72,7 +73,7 @@ struct InviteCommand: AsyncParsableCommand {
                 in: group,
                 options: InviteOptions(
                     expiresIn: try expires.map { try Self.duration($0) }, singleUse: singleUse, maxUses: maxUses ?? 0,
-                    role: grantedRole, name: name))
+                    role: grantedRole, name: name, admission: approval ? .approval : .auto))
             await client.disconnect()
             var code: QRCode?
             if qr || qrPng != nil {
@@ -107,6 +108,7 @@ struct InviteCommand: AsyncParsableCommand {
                     limits.append("up to \(payload.maxUses) people")
                 }
                 limits.append("joins as \(grantedRole)")
+                if approval { limits.append("after a moderator's approval") }
                 lines.append("invite to \"\(payload.name.terminalSafe)\": \(limits.joined(separator: ", "))")
                 if let qrPng { lines.append("QR code written to \(qrPng)") }
                 if qr, let code { lines.append(code.terminalText(invert: qrInverted)) }

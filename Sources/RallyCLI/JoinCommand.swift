@@ -80,6 +80,8 @@ struct JoinCommand: AsyncParsableCommand {
         @Argument(help: "rally://join/<slug>, https://<host>/join/<slug>, or the bare slug.") var link: String
         @Flag(help: "Send the request and return; check later with `rally join status`.") var noWait = false
         @Option(help: "Stop waiting after this many seconds (the join stays under way).") var timeout: Double?
+        @Flag(help: "Show what the link says about the group (name, description, image digest) and send nothing.")
+        var preview = false
 
         static func start(_ client: RallyClient, _ link: String) async -> Result<JoinAttempt, RallyClientError> {
             do throws(RallyClientError) {
@@ -90,7 +92,48 @@ struct JoinCommand: AsyncParsableCommand {
         }
 
         func run() async throws {
+            if preview { return try Self.preview(link, output: options.output) }
             try await Self.join(link, options: options, noWait: noWait, timeout: timeout)
+        }
+
+        struct PreviewJSON: Encodable {
+            let name: String
+            let description: String
+            let imageSha256: String?
+            let role: String
+            let approval: Bool
+            let expiresAt: Date?
+            let singleUse: Bool
+            let issuer: String
+        }
+
+        /// Checks the invite here (signature, expiry) and shows its
+        /// preview; nothing reaches the relay.
+        static func preview(_ link: String, output: Output) throws {
+            let invite: Invite
+            do {
+                invite = try Invite.parse(link, now: Date())
+            } catch {
+                output.emit(["state": "failed", "error": "invalid_invite", "message": error.description]) {
+                    "this invite cannot be used: \(error.description.terminalSafe)"
+                }
+                throw JoinCommand.failedExit
+            }
+            let payload = invite.payload
+            let json = PreviewJSON(
+                name: payload.name, description: payload.description_p,
+                imageSha256: payload.imageSha256.isEmpty ? nil : payload.imageSha256.hexString,
+                role: (GroupRole(wire: payload.role) ?? .member).description, approval: payload.requiresApproval,
+                expiresAt: invite.expiresAt, singleUse: payload.singleUse, issuer: invite.issuer.displayName)
+            output.emit(json) {
+                var lines = ["\(json.name.terminalSafe)"]
+                if !json.description.isEmpty { lines.append(json.description.terminalSafe) }
+                if let digest = json.imageSha256 { lines.append("image: sha256 \(digest)") }
+                lines.append(
+                    "joins as \(json.role)\(json.approval ? " after a moderator's approval" : ""); invited by \(json.issuer.terminalSafe)"
+                )
+                return lines.joined(separator: "\n")
+            }
         }
 
         /// What `rally join LINK` does; `rally open` calls it for invite links.

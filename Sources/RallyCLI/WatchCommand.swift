@@ -48,7 +48,9 @@ struct WatchCommand: AsyncParsableCommand {
         case .block(let reason)?: ("blocked", reason)
         case .reject(let type, let reason)?: (type.rawValue, reason)
         case .alreadyMember?: ("already_member", nil)
+        case .admit(let admission)? where admission.approval: ("pending", "waits for approval (as \(admission.role))")
         case .admit(let admission)?: ("admitted", "as \(admission.role)")
+        case .awaitingApproval?: ("pending", "still waits for approval")
         case .notForThisClient(let reason)?: ("ignored", reason)
         }
     }

@@ -70,6 +70,7 @@ struct InviteJoinErrorCodecTests {
             .inviteRevoked: "invite_revoked",
             .singleUseConsumed: "single_use_consumed",
             .genericFailure: "generic_failure",
+            .requestRejected: "request_rejected",
         ]
         #expect(Set(JoinErrorType.allCases) == Set(expected.keys))
         for (type, wire) in expected {

@@ -324,6 +324,7 @@ struct JoinStateMachineTests {
             .inviteRevoked: "This invite is no longer valid." + guidance,
             .singleUseConsumed: "This invite was already used by someone else." + guidance,
             .genericFailure: "Failed to join conversation." + guidance,
+            .requestRejected: "A moderator of the group declined your request to join.",
         ]
         for type in JoinErrorType.allCases {
             #expect(Machine.JoinFailure.rejected(type, reason: "internal detail").userMessage == expected[type])

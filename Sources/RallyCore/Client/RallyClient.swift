@@ -40,6 +40,10 @@ public actor RallyClient {
     nonisolated let watcher: WatchService
     nonisolated let vaults: VaultService
     nonisolated let nominees: NomineeService
+    /// Member admission: the approval queue and its support chat.
+    public nonisolated let groupAdmission: GroupAdmissionService
+    /// The group's one link.
+    public nonisolated let groupLinks: GroupLinks
 
     /// The home's database. Internal: apps and the CLI go through the
     /// services.
@@ -77,6 +81,9 @@ public actor RallyClient {
         self.watcher = WatchService(context: context, inbox: inbox, log: log, desk: desk)
         self.vaults = vaults
         self.nominees = nominees
+        self.groupAdmission = GroupAdmissionService(
+            context: context, log: log, committer: committer, welcomes: welcomes, messages: messages)
+        self.groupLinks = GroupLinks(desk: desk)
         context.outboxRoutes.route { item, groupID throws(RallyClientError) in
             try await groups.sendQueued(item, groupID: groupID)
         }

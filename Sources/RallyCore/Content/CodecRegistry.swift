@@ -31,6 +31,8 @@ public struct CodecRegistry: Sendable {
         registry.register(VaultInvitationResponseCodec())
         registry.register(VaultAccessCodec())
         registry.register(VaultEmergencyRequestCodec())
+        registry.register(JoinPendingNoticeCodec())
+        registry.register(GroupSupportCodec())
         return registry
     }()
 

@@ -138,6 +138,14 @@ extension LocalStore {
         }
     }
 
+    /// Messages of one content type, oldest first.
+    func messages(contentType: String) throws(LocalStoreError) -> [StoredMessage] {
+        try read { db in
+            try MessageRecord.filter(Column(MessageRecord.CodingKeys.contentType) == contentType)
+                .order(MessageRecord.Columns.localOrder).fetchAll(db).map { try $0.message() }
+        }
+    }
+
     /// Direct messages only: those that travelled through an inbox. Group
     /// messages live in the same table but belong to their group's view.
     func directMessages(afterOrder: Int64 = 0) throws(LocalStoreError) -> [StoredMessage] {

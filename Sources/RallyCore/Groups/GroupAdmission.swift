@@ -67,6 +67,9 @@ public struct PendingMember: Sendable, Equatable {
     public let role: GroupRole
     /// The admin whose client put them in the queue.
     public let addedBy: InboxID
+    /// The invite tag and join request they asked with.
+    public let inviteTag: Data
+    public let joinRequestID: Data
 
     public var inboxID: InboxID { identity.inboxID }
 
@@ -75,6 +78,8 @@ public struct PendingMember: Sendable, Equatable {
         record.identity = identity.wireBundle
         record.role = role.wire
         record.addedBy = addedBy.rawValue
+        record.inviteTag = inviteTag
+        record.joinRequestID = joinRequestID
         return record
     }
 }

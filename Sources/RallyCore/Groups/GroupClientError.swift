@@ -13,6 +13,8 @@ public enum GroupClientError: Error, Sendable, Equatable, CustomStringConvertibl
     /// Rejected by the rules, as recorded by another process on this home.
     case commitRefused(String)
     case noTopicAccess(String)
+    /// Neither a moderator of the group nor the pending joiner of that chat.
+    case supportNotAllowed(String)
 
     public var description: String {
         switch self {
@@ -33,6 +35,8 @@ public enum GroupClientError: Error, Sendable, Equatable, CustomStringConvertibl
         case .diverged(let group, let reason):
             "the relay showed this device a different history of \(group) than the other members see (\(reason)); nothing more is sent into it: check with the other members out of band, then forget the group and have an admin add you again"
         case .commitRefused(let reason): "the group refused the change: \(reason)"
+        case .supportNotAllowed(let group):
+            "the support chat of \(group) is for its moderators and above and the joiner waiting for approval; this identity is neither"
         case .noTopicAccess(let group):
             "this device has no access key for the topic of \(group); ask an admin to add you again"
         }

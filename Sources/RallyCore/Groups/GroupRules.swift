@@ -486,7 +486,9 @@ enum GroupRules {
             case .failure(let rejection):
                 return .failure(rejection)
             case .success(let admission):
-                let member = PendingMember(identity: identity, role: role, addedBy: author.inboxID)
+                let member = PendingMember(
+                    identity: identity, role: role, addedBy: author.inboxID, inviteTag: add.viaInvite.inviteTag,
+                    joinRequestID: add.viaInvite.joinRequestID)
                 return .success(
                     Change(mutation: .addPending(member, admission), rekeys: false, effects: [.pendingAdded(inbox)]))
             }
@@ -569,7 +571,12 @@ enum GroupRules {
         case .success(let decoded): link = decoded
         }
         guard link.role <= actor else { return .failure(.insufficientRole(needed: link.role, actual: actor)) }
-        guard link.invite.issuer.hasSameKeys(as: author) else {
+        if let existing = state.groupLink, existing.tag == link.tag {
+            // A change of role or admission keeps the link any admin made.
+            guard existing.invite == link.invite else {
+                return .failure(.invalidLink("a change keeps the link's invite as it is"))
+            }
+        } else if !link.invite.issuer.hasSameKeys(as: author) {
             return .failure(.invalidLink("the link must be issued by the admin who sets it"))
         }
         guard link.invite.payload.joinInboxID == inviteIdentity.inboxID.rawValue else {

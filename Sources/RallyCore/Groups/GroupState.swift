@@ -244,7 +244,9 @@ public struct GroupState: Sendable, Equatable {
             guard let identity = try? PublicIdentity(wire: record.identity), let role = GroupRole(wire: record.role),
                 let addedBy = try? InboxID(validating: record.addedBy)
             else { throw .invalidMember("pending member") }
-            pending[identity.inboxID] = PendingMember(identity: identity, role: role, addedBy: addedBy)
+            pending[identity.inboxID] = PendingMember(
+                identity: identity, role: role, addedBy: addedBy, inviteTag: record.inviteTag,
+                joinRequestID: record.joinRequestID)
         }
         guard snapshot.transcript.count == 32 else { throw .invalidMember("transcript") }
         transcript = snapshot.transcript

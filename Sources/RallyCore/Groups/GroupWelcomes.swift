@@ -26,7 +26,10 @@ struct GroupWelcomes: Sendable {
     /// What a welcome for a member admitted through an invite carries.
     struct InviteProof {
         let tag: Data
-        let keys: InviteKeys
+        /// The invite identity's keys sign the proof; a moderator admitting
+        /// from the approval queue holds none, and the joiner takes its
+        /// welcome as one of the approvers the group named.
+        let keys: InviteKeys?
         let requestID: Data
     }
 
@@ -67,8 +70,10 @@ struct GroupWelcomes: Sendable {
         if let invite {
             welcome.inviteTag = invite.tag.hexString
             welcome.joinRequestID = invite.requestID
-            welcome.inviteProof = invite.keys.welcomeProof(
-                tag: invite.tag, groupID: groupID, newcomer: newcomer.inboxID, requestID: invite.requestID)
+            if let keys = invite.keys {
+                welcome.inviteProof = keys.welcomeProof(
+                    tag: invite.tag, groupID: groupID, newcomer: newcomer.inboxID, requestID: invite.requestID)
+            }
         }
         _ = try await messages.send(
             welcome, codec: GroupWelcomeCodec(), to: newcomer.inboxID, messageID: nil, keepCopy: true)
@@ -190,12 +195,25 @@ struct GroupWelcomes: Sendable {
                 sealed, commitKey: SymmetricKey(data: welcome.admissionCommitKey), groupID: welcome.groupID),
             let commit = try? VerifiedGroupCommit.verify(signed)
         else { return .failure(.notInTheLog("entry #\(welcome.snapshotSeq) is not a commit of this group")) }
-        guard case .addMember(let add)? = commit.commit.action, commit.commit.groupID == welcome.groupID,
-            let added = try? PublicIdentity(wire: add.member), added.hasSameKeys(as: identity.publicIdentity)
-        else { return .failure(.notInTheLog("entry #\(welcome.snapshotSeq) does not add this member")) }
-        guard let author = state.members[commit.author.inboxID], author.role >= .admin,
+        // An admin adds; a moderator (or above) admits from the approval
+        // queue, where the joiner's keys were recorded by an admin's commit.
+        let needed: GroupRole
+        switch commit.commit.action {
+        case .addMember(let add)?:
+            guard let added = try? PublicIdentity(wire: add.member), added.hasSameKeys(as: identity.publicIdentity)
+            else { return .failure(.notInTheLog("entry #\(welcome.snapshotSeq) does not add this member")) }
+            needed = .admin
+        case .admitPending(let admit)? where admit.inboxID == identity.inboxID.rawValue:
+            needed = .moderator
+        default:
+            return .failure(.notInTheLog("entry #\(welcome.snapshotSeq) does not add this member"))
+        }
+        guard commit.commit.groupID == welcome.groupID else {
+            return .failure(.notInTheLog("entry #\(welcome.snapshotSeq) is another group's"))
+        }
+        guard let author = state.members[commit.author.inboxID], author.role >= needed,
             author.identity.hasSameKeys(as: commit.author)
-        else { return .failure(.notInTheLog("the admission was not made by an admin")) }
+        else { return .failure(.notInTheLog("the admission was not made by an \(needed) or above")) }
         guard
             CommitSealing.transcript(after: commit.commit.parentTranscript, commitBytes: commit.signedBytes)
                 == state.transcript, commit.commit.parentTranscript == sealed.transcript

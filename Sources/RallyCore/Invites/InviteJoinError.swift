@@ -10,6 +10,8 @@ public enum JoinErrorType: String, Sendable, Codable, CaseIterable {
     case inviteRevoked = "invite_revoked"
     case singleUseConsumed = "single_use_consumed"
     case genericFailure = "generic_failure"
+    /// A moderator turned the joiner away from the approval queue.
+    case requestRejected = "request_rejected"
 
     /// A type from a newer client that this one does not know is a generic
     /// failure (forward compatibility).
@@ -24,6 +26,7 @@ public enum JoinErrorType: String, Sendable, Codable, CaseIterable {
         case .inviteRevoked: "This invite is no longer valid"
         case .singleUseConsumed: "This invite was already used by someone else"
         case .genericFailure: "Failed to join conversation"
+        case .requestRejected: "A moderator of the group declined your request to join"
         }
     }
 

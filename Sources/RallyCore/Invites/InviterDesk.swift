@@ -43,31 +43,11 @@ struct InviterDesk: Sendable {
         if let expiresIn = options.expiresIn, expiresIn <= 0 {
             throw .invite(.invalidOptions("the expiry must be in the future"))
         }
+        let (record, keys) = try await readyToInvite(reference, granting: options.role)
+        let groupID = record.groupID
         let identity = context.identity
-        let groupID = try log.group(reference).groupID
-        try await log.sync(groupID)
-        var record = try log.group(groupID)
-        let label = "\"\(record.state.profile.name)\""
-        guard let myRole = record.state.role(of: identity.inboxID), myRole >= .admin else {
-            throw .invite(.notAdmin(group: label))
-        }
-        guard options.role <= myRole else {
-            throw .invite(.invalidOptions("an invite cannot grant \(options.role), above your role \(myRole)"))
-        }
-        if record.state.inviteIdentity == nil || record.state.invitesNeedRotation {
-            try await setUpInvites(groupID)
-            record = try log.group(groupID)
-        }
-        let keys = try inviteKeys(groupID, label: label)
-        // The identity may be new (set up, or rotated when an admin lost
-        // their rights): joiners must find its key bundle.
-        try await KeyDirectory(context: inviteContext(keys)).publishOwnBundle()
-        var payload = WireInvitePayload()
-        payload.inviteTag = record.state.inviteTag
-        payload.issuer = identity.publicIdentity.wireBundle
-        payload.groupReference = keys.sealReference(
-            groupID: groupID, tag: record.state.inviteTag, issuer: identity.inboxID)
-        payload.joinInboxID = keys.identity.inboxID.rawValue
+        var payload = payload(tag: record.state.inviteTag, record: record, keys: keys)
+        payload.requiresApproval = options.admission == .approval
         payload.name = options.name ?? record.state.profile.name
         payload.description_p = options.description ?? ""
         if let expiresIn = options.expiresIn {
@@ -82,6 +62,44 @@ struct InviterDesk: Sendable {
         let invite = Invite(payload: payload, issuer: identity.publicIdentity, signed: signed)
         let links = InviteLink.links(for: slug, relayURL: context.relayURL)
         return CreatedInvite(invite: invite, slug: slug, appLink: links.app, webLink: links.web, groupID: groupID)
+    }
+
+    /// The group, synced, once this admin may grant `role` and invites are
+    /// set up, with the invite keys this client holds.
+    func readyToInvite(
+        _ reference: String, granting role: GroupRole
+    ) async throws(RallyClientError) -> (GroupRecord, InviteKeys) {
+        let groupID = try log.group(reference).groupID
+        try await log.sync(groupID)
+        var record = try log.group(groupID)
+        let label = "\"\(record.state.profile.name)\""
+        guard let myRole = record.state.role(of: context.identity.inboxID), myRole >= .admin else {
+            throw .invite(.notAdmin(group: label))
+        }
+        guard role <= myRole else {
+            throw .invite(.invalidOptions("an invite cannot grant \(role), above your role \(myRole)"))
+        }
+        if record.state.inviteIdentity == nil || record.state.invitesNeedRotation {
+            try await setUpInvites(groupID)
+            record = try log.group(groupID)
+        }
+        let keys = try inviteKeys(groupID, label: label)
+        // The identity may be new (set up, or rotated when an admin lost
+        // their rights): joiners must find its key bundle.
+        try await KeyDirectory(context: inviteContext(keys)).publishOwnBundle()
+        return (record, keys)
+    }
+
+    /// An invite payload by this admin under `tag`, to the group's join
+    /// inbox, with the group reference only admins can open.
+    func payload(tag: Data, record: GroupRecord, keys: InviteKeys) -> WireInvitePayload {
+        let identity = context.identity
+        var payload = WireInvitePayload()
+        payload.inviteTag = tag
+        payload.issuer = identity.publicIdentity.wireBundle
+        payload.groupReference = keys.sealReference(groupID: record.groupID, tag: tag, issuer: identity.inboxID)
+        payload.joinInboxID = keys.identity.inboxID.rawValue
+        return payload
     }
 
     /// Revokes every outstanding invite of a group by rotating its invite

@@ -35,11 +35,15 @@ public struct InviteOptions: Sendable, Equatable {
     /// Shown to the joiner before joining; defaults to the group's name.
     public var name: String?
     public var description: String?
+    /// With `.approval` joiners wait in the group's approval queue (the
+    /// group's own setting can ask for approval too).
+    public var admission: GroupAdmission = .auto
 
     public init(
         expiresIn: TimeInterval? = nil, singleUse: Bool = false, maxUses: UInt32 = 0, role: GroupRole = .member,
-        name: String? = nil, description: String? = nil
+        name: String? = nil, description: String? = nil, admission: GroupAdmission = .auto
     ) {
+        self.admission = admission
         self.expiresIn = expiresIn
         self.singleUse = singleUse
         self.maxUses = maxUses

@@ -51,6 +51,9 @@ public enum JoinRequestDecision: Sendable, Equatable {
     /// The joiner is a member already: send a welcome again, so its join
     /// ends as joined.
     case alreadyMember(groupID: String, tag: Data)
+    /// The joiner waits in the approval queue already: tell it again.
+    case awaitingApproval(groupID: String, tag: Data)
+    /// Admit, or with `approval` put the joiner in the approval queue.
     case admit(Admission)
     /// This client is no longer an admin of the group; another admin
     /// answers.
@@ -68,7 +71,8 @@ public enum JoinRequestDecision: Sendable, Equatable {
         case .block(let reason): (.blocked, reason)
         case .reject(let type, let reason): (.rejected, "\(type.rawValue): \(reason)")
         case .alreadyMember: (.alreadyMember, nil)
-        case .admit: (.admitted, nil)
+        case .awaitingApproval: (.pending, nil)
+        case .admit(let admission): (admission.approval ? .pending : .admitted, nil)
         }
     }
 
@@ -80,6 +84,8 @@ public enum JoinRequestDecision: Sendable, Equatable {
         public let inviteID: Data
         public let maxUses: UInt32
         public let requestID: Data
+        /// The group, invite or link wants a moderator's approval first.
+        public var approval = false
 
         /// The admission as the commit that carries it names it.
         public var wire: WireInviteAdmission {
@@ -228,15 +234,22 @@ public enum JoinRequestPolicy {
         if let member = state.members[joiner.inboxID], member.identity.hasSameKeys(as: joiner) {
             return .alreadyMember(groupID: groupID, tag: invite.tag)
         }
+        if let waiting = state.pending[joiner.inboxID], waiting.identity.hasSameKeys(as: joiner) {
+            return .awaitingApproval(groupID: groupID, tag: invite.tag)
+        }
         // 6. Used up, 7. banned (and anything else the rules refuse).
         if case .failure(let rejection) = ruling { return answer(rejection) }
-        // 8. Admit, with the invite's role but never above the admitting admin's.
-        let granted = GroupRole(wire: invite.payload.role) ?? .member
+        // 8. Admit (or queue for approval), with the invite's role, or the
+        // link's, but never above the admitting admin's.
+        let link = state.groupLink.flatMap { $0.tag == invite.tag ? $0 : nil }
+        let granted = link?.role ?? GroupRole(wire: invite.payload.role) ?? .member
         let role = min(max(granted, .observer), myRole, issuerRole)
-        return .admit(
-            .init(
-                groupID: groupID, joiner: joiner, role: role, tag: invite.tag, inviteID: inviteID,
-                maxUses: maxUses, requestID: context.requestID))
+        let asked: GroupAdmission = link?.admission ?? (invite.payload.requiresApproval ? .approval : .auto)
+        var admit = JoinRequestDecision.Admission(
+            groupID: groupID, joiner: joiner, role: role, tag: invite.tag, inviteID: inviteID,
+            maxUses: maxUses, requestID: context.requestID)
+        admit.approval = GroupAdmission.effective(state.admission, asked) == .approval
+        return .admit(admit)
     }
 
     /// The answer a joiner gets when the group's admission rules refuse
@@ -248,6 +261,7 @@ public enum JoinRequestPolicy {
         switch rejection {
         case .joinRequestAlreadyAdmitted: .duplicate
         case .alreadyMember: .alreadyMember(groupID: groupID, tag: tag)
+        case .alreadyPending: .awaitingApproval(groupID: groupID, tag: tag)
         case .inviteRevoked, .invalidInviteTag: .reject(.inviteRevoked, reason: "the invite was revoked")
         case .inviteRotationPending, .invitesNotSetUp: .reject(.inviteRevoked, reason: adminLeftReason)
         case .exploded: .reject(.conversationExpired, reason: "the group was exploded")
@@ -266,4 +280,6 @@ public enum JoinRequestPolicy {
 /// handled once, ever.
 public enum JoinRequestOutcome: String, Sendable, Codable {
     case admitted, alreadyMember, rejected, blocked, ignored
+    /// Put in (or still in) the approval queue.
+    case pending
 }

@@ -102,8 +102,11 @@ struct JoinRequestHandler: Sendable {
                 context.logger.warning("could not welcome \(joiner.inboxID) back into \(groupID): \(error)")
             }
             return (decision, false)
+        case .awaitingApproval(let groupID, _):
+            return (decision, await sendPendingNotice(groupID: groupID, asked: asked))
         case .admit(let admission):
             var overtaken: JoinRequestDecision = .duplicate
+            var queued = false
             let committed: Data?
             let committer = desk.committer
             let groupID = groupID
@@ -120,9 +123,16 @@ struct JoinRequestHandler: Sendable {
                         return nil
                     }
                     var commit = committer.newCommit(on: state)
-                    commit.addMember.member = joiner.wireBundle
-                    commit.addMember.role = current.role.wire
-                    commit.addMember.viaInvite = current.wire
+                    queued = current.approval
+                    if current.approval {
+                        commit.addPending.member = joiner.wireBundle
+                        commit.addPending.role = current.role.wire
+                        commit.addPending.viaInvite = current.wire
+                    } else {
+                        commit.addMember.member = joiner.wireBundle
+                        commit.addMember.role = current.role.wire
+                        commit.addMember.viaInvite = current.wire
+                    }
                     return commit
                 }
             } catch .group(.commitRejected(let rejection)) {
@@ -134,6 +144,7 @@ struct JoinRequestHandler: Sendable {
             }
             // The group changed under the admission: answer as it is now.
             guard let committed else { return try await perform(overtaken, asked: asked) }
+            if queued { return (decision, await sendPendingNotice(groupID: groupID, asked: asked)) }
             do {
                 try await desk.welcomes.send(
                     to: joiner, groupID: groupID, admission: committed,
@@ -143,6 +154,35 @@ struct JoinRequestHandler: Sendable {
                     "admitted \(joiner.inboxID) to \(groupID) but could not send the welcome: \(error)")
             }
             return (decision, false)
+        }
+    }
+
+    /// Tells a joiner it waits for approval, from the invite identity (which
+    /// its join trusts), naming the moderators and above who may answer.
+    /// The message id derives from the request id: one notice, however
+    /// many admins answer.
+    private func sendPendingNotice(groupID: String, asked: JoinRequestPolicy.Asked) async -> Bool {
+        guard let request = asked.request,
+            let payload = try? FrameCodec.decode(
+                WireInvitePayload.self, from: request.invite.payload, limit: InviteSlug.maxInflatedBytes),
+            let record = try? context.store.group(groupID)
+        else { return false }
+        var notice = WireJoinPendingNotice()
+        notice.inviteTag = payload.inviteTag.hexString
+        notice.groupID = groupID
+        notice.joinRequestID = request.requestID
+        notice.approvers = Array(
+            record.state.sortedMembers.filter { $0.role >= .moderator }.map(\.inboxID.rawValue)
+                .prefix(JoinPendingNoticeCodec.maxApprovers))
+        let joiner = asked.sender.inboxID
+        do {
+            _ = try await DirectMessageService(context: inviteContext).send(
+                notice, codec: JoinPendingNoticeCodec(), to: joiner,
+                messageID: JoinPendingNoticeCodec.messageID(forRequest: request.requestID), keepCopy: false)
+            return true
+        } catch {
+            context.logger.error("could not tell \(joiner) it waits for approval in \(groupID): \(error)")
+            return false
         }
     }
 

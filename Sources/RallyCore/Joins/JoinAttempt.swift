@@ -11,7 +11,7 @@ public struct JoinAttempt: Sendable, Equatable, Codable {
 
     /// Hex of the request id, which is also the join request's message id.
     public let requestID: String
-    public let invite: JoinStateMachine.InviteSummary
+    public var invite: JoinStateMachine.InviteSummary
     public let slug: String
     public var phase: Phase
     public var groupID: String?
@@ -46,7 +46,10 @@ public struct JoinAttempt: Sendable, Equatable, Codable {
         switch state {
         case .validated: phase = .validated
         case .joining: phase = .joining
-        case .awaitingApproval: phase = .awaitingApproval
+        case .awaitingApproval(let invite):
+            phase = .awaitingApproval
+            self.invite = invite
+            groupID = invite.approval?.groupID ?? groupID
         case .joined(let groupID, let existing):
             phase = .joined
             self.groupID = groupID

@@ -130,6 +130,7 @@ struct JoinService: Sendable {
     /// request whose id its message id is derived from: an old answer
     /// replayed for a later request with the same invite is dropped.
     func answer(in message: StoredMessage) -> JoinEventForStore? {
+        if message.contentType == JoinPendingNoticeCodec.contentType.description { return pendingNotice(in: message) }
         guard message.contentType == InviteJoinErrorCodec.contentType.description,
             let content = try? WireEncodedContent(serializedBytes: message.encodedContent),
             let error = context.codecs.decode(content).value as? InviteJoinError,
@@ -144,6 +145,28 @@ struct JoinService: Sendable {
         return JoinEventForStore(tag: error.inviteTag, event: .errorReceived(error, from: message.sender))
     }
 
+    /// The group put a join of this client's in its approval queue: counts
+    /// only as the answer to the request its message id derives from (and
+    /// the state machine takes it only from the invite's identity).
+    private func pendingNotice(in message: StoredMessage) -> JoinEventForStore? {
+        guard let content = try? WireEncodedContent(serializedBytes: message.encodedContent),
+            let notice = context.codecs.decode(content).value as? WireJoinPendingNotice,
+            let attempts = try? store.joinAttempts(),
+            attempts.contains(where: { attempt in
+                !attempt.isFinal && attempt.invite.tag == notice.inviteTag
+                    && Data(hexString: attempt.requestID).map {
+                        JoinPendingNoticeCodec.messageID(forRequest: $0).hexString
+                    } == message.id
+            })
+        else { return nil }
+        let approvers = notice.approvers.compactMap { try? InboxID(validating: $0) }
+        return JoinEventForStore(
+            tag: notice.inviteTag,
+            event: .approvalPending(
+                tag: notice.inviteTag, from: message.sender,
+                approval: .init(groupID: notice.groupID, approvers: approvers)))
+    }
+
     /// How a welcome relates to this client's joins: one that names an
     /// invite tag answers a join only when signed by that invite's
     /// identity (which only the group's admins hold) for this group, this
@@ -155,12 +178,22 @@ struct JoinService: Sendable {
         }
         for attempt in attempts
         where attempt.invite.tag == welcome.inviteTag && Data(hexString: attempt.requestID) == welcome.joinRequestID {
-            guard attempt.phase != .joined, attempt.phase != .failed,
-                let inviteIdentity = try? store.contact(attempt.invite.inviterInbox),
-                InviteKeys.isValidWelcomeProof(
-                    welcome.inviteProof, by: inviteIdentity, tag: tag, groupID: welcome.groupID,
-                    newcomer: context.identity.inboxID, requestID: welcome.joinRequestID)
-            else { continue }
+            guard attempt.phase != .joined, attempt.phase != .failed else { continue }
+            // An admin's welcome is proven by the invite identity; after
+            // approval a moderator's (who holds no invite keys) counts when
+            // it comes from one of the approvers the group named, for the
+            // group it named. Either way the welcome is then checked
+            // against the group's own log before it opens anything.
+            let proven =
+                (try? store.contact(attempt.invite.inviterInbox)).map { inviteIdentity in
+                    InviteKeys.isValidWelcomeProof(
+                        welcome.inviteProof, by: inviteIdentity, tag: tag, groupID: welcome.groupID,
+                        newcomer: context.identity.inboxID, requestID: welcome.joinRequestID)
+                } ?? false
+            let approved =
+                attempt.invite.approval.map { $0.groupID == welcome.groupID && $0.approvers.contains(sender) }
+                ?? false
+            guard proven || approved else { continue }
             if attempt.phase == .cancelled { return .cancelled }
             return .underWay(
                 JoinEventForStore(

@@ -43,11 +43,32 @@ public struct JoinStateMachine: Sendable, Equatable {
         /// Join errors and welcomes are accepted only from here.
         public let inviterInbox: InboxID
         public let name: String
+        /// Set once the group put the joiner in its approval queue.
+        public var approval: PendingApproval?
 
-        public init(tag: String, inviterInbox: InboxID, name: String) {
+        public init(tag: String, inviterInbox: InboxID, name: String, approval: PendingApproval? = nil) {
             self.tag = tag
             self.inviterInbox = inviterInbox
             self.name = name
+            self.approval = approval
+        }
+
+        /// The group whose queue the joiner waits in, and the moderators and
+        /// above who may answer (their refusal counts, like the inviter's).
+        public struct PendingApproval: Sendable, Equatable, Codable {
+            public let groupID: String
+            public let approvers: [InboxID]
+
+            public init(groupID: String, approvers: [InboxID]) {
+                self.groupID = groupID
+                self.approvers = approvers
+            }
+        }
+
+        /// Whether an answer from `sender` counts: the inviter's, or once
+        /// queued, an approver's.
+        func answers(from sender: InboxID) -> Bool {
+            sender == inviterInbox || approval?.approvers.contains(sender) == true
         }
     }
 
@@ -60,6 +81,8 @@ public struct JoinStateMachine: Sendable, Equatable {
         public var userMessage: String {
             switch self {
             case .invalidInvite(let error): error.description
+            // A moderator's refusal is final: a new invite would not help.
+            case .rejected(.requestRejected, _): "\(JoinErrorType.requestRejected.userMessage)."
             case .rejected(let type, _): "\(type.userMessage). \(JoinErrorType.guidance)"
             }
         }
@@ -70,7 +93,7 @@ public struct JoinStateMachine: Sendable, Equatable {
         case validationSucceeded(InviteSummary)
         case validationFailed(InviteError)
         case requestSent
-        case approvalPending(tag: String, from: InboxID)
+        case approvalPending(tag: String, from: InboxID, approval: InviteSummary.PendingApproval? = nil)
         case welcomeReceived(tag: String, groupID: String, from: InboxID)
         case alreadyMember(groupID: String)
         case errorReceived(InviteJoinError, from: InboxID)
@@ -109,9 +132,11 @@ public struct JoinStateMachine: Sendable, Equatable {
             state = .joining(invite)
         case (.validated, .alreadyMember(let groupID)), (.joining, .alreadyMember(let groupID)):
             state = .joined(groupID: groupID, existing: true)
-        case (.joining(let invite), .approvalPending(let tag, let from)):
+        case (.joining(let invite), .approvalPending(let tag, let from, let approval)):
             if let ignored = Self.check(invite, tag: tag, from: from) { return ignored }
-            state = .awaitingApproval(invite)
+            var queued = invite
+            queued.approval = approval ?? invite.approval
+            state = .awaitingApproval(queued)
         case (.joining(let invite), .welcomeReceived(let tag, let groupID, _)),
             (.awaitingApproval(let invite), .welcomeReceived(let tag, let groupID, _)):
             if let ignored = Self.check(invite, tag: tag, from: nil) { return ignored }
@@ -137,7 +162,7 @@ public struct JoinStateMachine: Sendable, Equatable {
     /// (any admin), checked when the welcome is accepted.
     private static func check(_ invite: InviteSummary, tag: String, from: InboxID?) -> Ignored? {
         guard tag == invite.tag else { return .otherInviteTag }
-        if let from, from != invite.inviterInbox { return .notFromInviter }
+        if let from, !invite.answers(from: from) { return .notFromInviter }
         return nil
     }
 }

@@ -1182,6 +1182,12 @@ public nonisolated struct WirePendingMemberRecord: Sendable {
   /// The admin whose client put them in the queue.
   public var addedBy: String = String()
 
+  /// The invite tag and join request they asked with: a moderator's welcome
+  /// or refusal names them, so the joiner knows what it answers.
+  public var inviteTag: Data = Data()
+
+  public var joinRequestID: Data = Data()
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -1260,6 +1266,50 @@ public nonisolated struct WireGroupWelcome: Sendable {
   public init() {}
 
   fileprivate var _snapshot: WireGroupSnapshot? = nil
+}
+
+/// The body of `rally.dev/invite_join_pending:1.0`: sent from the group's
+/// invite identity to a joiner put in the approval queue. Its message id
+/// derives from the join request id (one notice however many admins answer).
+public nonisolated struct WireJoinPendingNotice: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  /// Hex, as in join errors.
+  public var inviteTag: String = String()
+
+  public var groupID: String = String()
+
+  /// Moderators and above when the joiner was queued: whose welcome,
+  /// refusal or support message the joiner accepts.
+  public var approvers: [String] = []
+
+  public var joinRequestID: Data = Data()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// The body of `rally.dev/group_support:1.0`: one message of the support
+/// chat between a pending joiner and the group's moderators and above, sent
+/// by direct message to each of them (docs/adr/0017).
+public nonisolated struct WireGroupSupportMessage: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var groupID: String = String()
+
+  /// The pending joiner whose chat this is.
+  public var member: String = String()
+
+  public var text: String = String()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
 }
 
 // MARK: - Code below here is support for the SwiftProtobuf runtime.
@@ -3141,7 +3191,7 @@ nonisolated extension WireGroupLinkRecord: SwiftProtobuf.Message, SwiftProtobuf.
 
 nonisolated extension WirePendingMemberRecord: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".PendingMemberRecord"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}identity\0\u{1}role\0\u{3}added_by\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}identity\0\u{1}role\0\u{3}added_by\0\u{3}invite_tag\0\u{3}join_request_id\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -3152,6 +3202,8 @@ nonisolated extension WirePendingMemberRecord: SwiftProtobuf.Message, SwiftProto
       case 1: try { try decoder.decodeSingularMessageField(value: &self._identity) }()
       case 2: try { try decoder.decodeSingularEnumField(value: &self.role) }()
       case 3: try { try decoder.decodeSingularStringField(value: &self.addedBy) }()
+      case 4: try { try decoder.decodeSingularBytesField(value: &self.inviteTag) }()
+      case 5: try { try decoder.decodeSingularBytesField(value: &self.joinRequestID) }()
       default: break
       }
     }
@@ -3171,6 +3223,12 @@ nonisolated extension WirePendingMemberRecord: SwiftProtobuf.Message, SwiftProto
     if !self.addedBy.isEmpty {
       try visitor.visitSingularStringField(value: self.addedBy, fieldNumber: 3)
     }
+    if !self.inviteTag.isEmpty {
+      try visitor.visitSingularBytesField(value: self.inviteTag, fieldNumber: 4)
+    }
+    if !self.joinRequestID.isEmpty {
+      try visitor.visitSingularBytesField(value: self.joinRequestID, fieldNumber: 5)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -3178,6 +3236,8 @@ nonisolated extension WirePendingMemberRecord: SwiftProtobuf.Message, SwiftProto
     if lhs._identity != rhs._identity {return false}
     if lhs.role != rhs.role {return false}
     if lhs.addedBy != rhs.addedBy {return false}
+    if lhs.inviteTag != rhs.inviteTag {return false}
+    if lhs.joinRequestID != rhs.joinRequestID {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -3302,6 +3362,91 @@ nonisolated extension WireGroupWelcome: SwiftProtobuf.Message, SwiftProtobuf._Me
     if lhs.topicAccessSecret != rhs.topicAccessSecret {return false}
     if lhs.joinRequestID != rhs.joinRequestID {return false}
     if lhs.epochLink != rhs.epochLink {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension WireJoinPendingNotice: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".JoinPendingNotice"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}invite_tag\0\u{3}group_id\0\u{1}approvers\0\u{3}join_request_id\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.inviteTag) }()
+      case 2: try { try decoder.decodeSingularStringField(value: &self.groupID) }()
+      case 3: try { try decoder.decodeRepeatedStringField(value: &self.approvers) }()
+      case 4: try { try decoder.decodeSingularBytesField(value: &self.joinRequestID) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.inviteTag.isEmpty {
+      try visitor.visitSingularStringField(value: self.inviteTag, fieldNumber: 1)
+    }
+    if !self.groupID.isEmpty {
+      try visitor.visitSingularStringField(value: self.groupID, fieldNumber: 2)
+    }
+    if !self.approvers.isEmpty {
+      try visitor.visitRepeatedStringField(value: self.approvers, fieldNumber: 3)
+    }
+    if !self.joinRequestID.isEmpty {
+      try visitor.visitSingularBytesField(value: self.joinRequestID, fieldNumber: 4)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: WireJoinPendingNotice, rhs: WireJoinPendingNotice) -> Bool {
+    if lhs.inviteTag != rhs.inviteTag {return false}
+    if lhs.groupID != rhs.groupID {return false}
+    if lhs.approvers != rhs.approvers {return false}
+    if lhs.joinRequestID != rhs.joinRequestID {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension WireGroupSupportMessage: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".GroupSupportMessage"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}group_id\0\u{1}member\0\u{1}text\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.groupID) }()
+      case 2: try { try decoder.decodeSingularStringField(value: &self.member) }()
+      case 3: try { try decoder.decodeSingularStringField(value: &self.text) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.groupID.isEmpty {
+      try visitor.visitSingularStringField(value: self.groupID, fieldNumber: 1)
+    }
+    if !self.member.isEmpty {
+      try visitor.visitSingularStringField(value: self.member, fieldNumber: 2)
+    }
+    if !self.text.isEmpty {
+      try visitor.visitSingularStringField(value: self.text, fieldNumber: 3)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: WireGroupSupportMessage, rhs: WireGroupSupportMessage) -> Bool {
+    if lhs.groupID != rhs.groupID {return false}
+    if lhs.member != rhs.member {return false}
+    if lhs.text != rhs.text {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
