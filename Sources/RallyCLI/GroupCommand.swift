@@ -10,7 +10,7 @@ struct GroupCommand: AsyncParsableCommand {
             Create.self, Add.self, Remove.self, Send.self, Read.self, Members.self, List.self, Explode.self,
             Profile.self, Role.self, Block.self, Unblock.self, Welcome.self, Leave.self, Delete.self, Admission.self,
             Pending.self, Admit.self, Reject.self, Support.self,
-            Link.self,
+            Link.self, Invitations.self, Accept.self, Decline.self,
         ])
 
     struct GroupJSON: Encodable {
@@ -114,22 +114,34 @@ struct GroupCommand: AsyncParsableCommand {
 
     struct Add: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Add a member; they receive a welcome by direct message.")
+            abstract: "Invite people (admin): they are invited until they accept (`rally group accept`).",
+            discussion:
+                "With --direct they are members at once and get their welcome by direct message, without being asked.")
         @OptionGroup var options: ClientOptions
         @Argument(help: "Group id (or a unique prefix, or the name).") var group: String
-        @Argument(help: "The new member's inbox id.") var inboxID: String
+        @Argument(help: "The inbox ids of the people to invite.") var inboxIDs: [String]
         @Option(help: "observer, member, moderator, admin or owner.") var role = "member"
+        @Flag(help: "Add them at once instead of inviting them.") var direct = false
 
         func run() async throws {
             guard let role = GroupRole(name: role) else {
                 throw ValidationError("--role must be observer, member, moderator, admin or owner")
             }
-            let inbox = try GroupCommand.inbox(inboxID)
+            let inboxes = try GroupCommand.inboxes(inboxIDs)
             let client = try GroupCommand.open(options)
-            let record = try await client.addMember(inbox, role: role, to: group)
+            var record: GroupRecord
+            if direct {
+                record = try await client.group(group)
+                for inbox in inboxes { record = try await client.addMember(inbox, role: role, to: group) }
+            } else {
+                record = try await client.groupInvitations.invite(inboxes, role: role, to: group)
+            }
             await client.disconnect()
+            let name = record.state.profile.name.terminalSafe
             options.output.emit(GroupJSON(record, me: client.inboxID)) {
-                "added \(inbox) as \(role) to \"\(record.state.profile.name.terminalSafe)\"; welcome sent"
+                direct
+                    ? "added \(inboxes.map(\.rawValue).joined(separator: ", ")) as \(role) to \"\(name)\"; welcome sent"
+                    : "invited \(inboxes.map(\.rawValue).joined(separator: ", ")) to \"\(name)\" as \(role); they are invited until they accept"
             }
         }
     }
@@ -254,10 +266,10 @@ struct GroupCommand: AsyncParsableCommand {
             try await client.syncGroup(groupID)
             await client.disconnect()
             let record = try await client.group(groupID)
-            let members = record.state.sortedMembers.map {
+            let members = record.state.roster.map {
                 MemberJSON(
                     inboxId: $0.inboxID.rawValue, name: $0.identity.displayName, role: $0.role.description,
-                    status: record.state.blocked.contains($0.inboxID) ? "blocked" : "active")
+                    status: $0.status.rawValue)
             }
             if options.json {
                 options.output.emit(members) { "" }

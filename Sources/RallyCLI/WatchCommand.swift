@@ -51,6 +51,7 @@ struct WatchCommand: AsyncParsableCommand {
         case .admit(let admission)? where admission.approval: ("pending", "waits for approval (as \(admission.role))")
         case .admit(let admission)?: ("admitted", "as \(admission.role)")
         case .awaitingApproval?: ("pending", "still waits for approval")
+        case .declineInvitation?: ("declined", "the invitee turned the invitation down")
         case .notForThisClient(let reason)?: ("ignored", reason)
         }
     }
@@ -80,7 +81,11 @@ struct WatchCommand: AsyncParsableCommand {
                 case .groupLinkChanged: "group link changed"
                 case .admissionChanged(let admission): "admission is now \(admission.rawValue)"
                 case .pendingAdded(let inbox): "\(inbox.rawValue.prefix(8))… waits for approval"
+                case .pendingAdmitted: nil
                 case .pendingRejected(let inbox): "\(inbox.rawValue.prefix(8))… turned away"
+                case .invited(let inbox, let role): "\(inbox.rawValue.prefix(8))… invited as \(role)"
+                case .invitationWithdrawn(let inbox, let declined):
+                    "\(inbox.rawValue.prefix(8))… invitation \(declined ? "declined" : "withdrawn")"
                 case .epochAdvanced(let epoch, _, let fresh): "epoch \(epoch)\(fresh == nil ? "" : " (new key)")"
                 }
             }

@@ -71,6 +71,10 @@ struct GroupLogGenerator {
                 try append(makeCommit())
             }
         }
+        // The owner (or someone without the right) deletes the group at the
+        // end; nothing is applied after it.
+        try append(makeCommit(forcing: .delete))
+        try append(makeCommit(forcing: .welcome))
         return log
     }
 
@@ -104,10 +108,12 @@ struct GroupLogGenerator {
     enum Kind: CaseIterable {
         case add, remove, removeMany, changeRole, changeRoles, block, welcome, leave, updateProfile, rekey, create
         case empty
+        case setUpInvites, setAdmission, setLink, deleteLink, addPending, admitPending, rejectPending
+        case inviteMember, withdrawInvitation, delete
     }
 
     private mutating func kind() -> Kind {
-        let roll = Int.random(in: 0..<100, using: &rng)
+        let roll = Int.random(in: 0..<130, using: &rng)
         switch roll {
         case 0..<28: return .add
         case 28..<35: return .remove
@@ -120,8 +126,43 @@ struct GroupLogGenerator {
         case 73..<79: return .updateProfile
         case 79..<96: return .rekey
         case 96..<98: return .create
-        default: return .empty
+        case 98..<99: return .empty
+        case 99..<101: return .setUpInvites
+        case 101..<103: return .setAdmission
+        case 103..<105: return .setLink
+        case 105..<106: return .deleteLink
+        case 106..<113: return .addPending
+        case 113..<116: return .admitPending
+        case 116..<122: return .rejectPending
+        case 122..<125: return .inviteMember
+        case 125..<127: return .withdrawInvitation
+        default: return .welcome
         }
+    }
+
+    /// An invite identity the generator made (the rules check only its
+    /// public keys).
+    private mutating func inviteIdentity() throws -> Identity {
+        try T.identity("Invites \(rng.next() % 1000)", using: &rng)
+    }
+
+    /// A link as an admin signs it: its own tag, to the group's join inbox.
+    private mutating func link(by author: Identity) -> WireSetGroupLink {
+        var payload = WireInvitePayload()
+        payload.inviteTag = rng.chance(10) ? model.inviteTag : rng.bytes(16)
+        payload.issuer = author.publicIdentity.wireBundle
+        payload.joinInboxID = (model.inviteIdentity?.inboxID ?? pick(pool).inboxID).rawValue
+        payload.name = "Seed group"
+        var set = WireSetGroupLink()
+        // A change of an existing link keeps its invite, now and then.
+        if let existing = model.groupLink, rng.chance(50) {
+            set.signedInvite = FrameCodec.encode(existing.invite.signed)
+        } else {
+            set.signedInvite = FrameCodec.encode(Invite.sign(payload, by: author))
+        }
+        set.role = randomRole()
+        set.admission = rng.chance(50) ? .approval : .auto
+        return set
     }
 
     /// Some members, usually others than the author; now and then a
@@ -142,7 +183,10 @@ struct GroupLogGenerator {
         var kind = forced ?? kind()
         // Lifecycle commits come mostly from managers, so that enough of
         // them apply to matter.
-        let lifecycle: Set<Kind> = [.removeMany, .changeRoles, .block, .welcome]
+        let lifecycle: Set<Kind> = [
+            .removeMany, .changeRoles, .block, .welcome, .setUpInvites, .setAdmission, .setLink, .deleteLink,
+            .addPending, .admitPending, .rejectPending, .inviteMember, .withdrawInvitation, .delete,
+        ]
         var author: Identity
         if !members.isEmpty, rng.chance(78) {
             // Half the time someone who holds a managing role, if anyone does.
@@ -226,6 +270,62 @@ struct GroupLogGenerator {
             commit.action = T.create("Again")
         case .empty:
             break
+        case .setUpInvites:
+            let invites = try inviteIdentity()
+            var setUp = WireSetUpInvites()
+            setUp.inviteIdentity = invites.publicIdentity.wireBundle
+            setUp.inviteTag = rng.bytes(16)
+            let admins = members.filter { $0.role >= .admin }.map(\.identity)
+            setUp.sealedSeeds = try EpochKeys.seal(
+                SymmetricKey(data: rng.bytes(32)), to: admins.isEmpty ? [pool[0].publicIdentity] : admins,
+                groupID: state.groupID, epoch: state.epoch + 1, info: EpochKeys.inviteSeedInfo)
+            commit.action = .setUpInvites(setUp)
+        case .setAdmission:
+            var set = WireSetAdmission()
+            set.admission = rng.chance(50) ? .approval : .auto
+            commit.action = .setAdmission(set)
+        case .setLink:
+            commit.action = .setGroupLink(link(by: author))
+        case .deleteLink:
+            commit.action = .deleteGroupLink(WireDeleteGroupLink())
+        case .addPending:
+            let outsiders = pool.filter { state.members[$0.inboxID] == nil && state.pending[$0.inboxID] == nil }
+            var add = WireAddPending()
+            add.member = (!outsiders.isEmpty && rng.chance(85) ? pick(outsiders) : pick(pool)).publicIdentity.wireBundle
+            add.role = randomRole()
+            add.viaInvite.inviteTag =
+                rng.chance(20)
+                ? (state.groupLink?.tag ?? rng.bytes(16)) : rng.chance(90) ? state.inviteTag : rng.bytes(16)
+            add.viaInvite.inviteID = rng.bytes(16)
+            add.viaInvite.joinRequestID = rng.bytes(16)
+            commit.action = .addPending(add)
+        case .admitPending:
+            var admit = WireAdmitPending()
+            let waiting = state.pending.values.sorted { $0.inboxID < $1.inboxID }
+            admit.inboxID = (!waiting.isEmpty && rng.chance(85) ? pick(waiting).inboxID : pick(pool).inboxID).rawValue
+            admit.role = randomRole()
+            commit.action = .admitPending(admit)
+        case .rejectPending:
+            var reject = WireRejectPending()
+            let waiting = state.pending.values.sorted { $0.inboxID < $1.inboxID }
+            reject.inboxID = (!waiting.isEmpty && rng.chance(85) ? pick(waiting).inboxID : pick(pool).inboxID).rawValue
+            commit.action = .rejectPending(reject)
+        case .inviteMember:
+            let outsiders = pool.filter { state.members[$0.inboxID] == nil && state.invited[$0.inboxID] == nil }
+            var invite = WireInviteMember()
+            invite.member =
+                (!outsiders.isEmpty && rng.chance(85) ? pick(outsiders) : pick(pool)).publicIdentity.wireBundle
+            invite.role = randomRole()
+            commit.action = .inviteMember(invite)
+        case .withdrawInvitation:
+            var withdraw = WireWithdrawInvitation()
+            let invitees = state.invited.values.sorted { $0.inboxID < $1.inboxID }
+            withdraw.inboxID =
+                (!invitees.isEmpty && rng.chance(85) ? pick(invitees).inboxID : pick(pool).inboxID).rawValue
+            withdraw.declined = rng.chance(50)
+            commit.action = .withdrawInvitation(withdraw)
+        case .delete:
+            commit.action = .deleteGroup(WireDeleteGroup())
         }
         self.freshKeys = freshKeys
         var sealedEpoch = epoch
@@ -526,6 +626,47 @@ struct GroupConvergenceTests {
                 snapshot.epoch == 0 ? GroupState(groupID: snapshot.groupID) : try GroupState(snapshot: snapshot)
         }
         #expect(persisted.state == final)
+    }
+
+    /// Across the seeds the logs apply every kind of lifecycle commit at
+    /// least once, so the convergence checks above cover them all.
+    @Test func theLogsApplyEveryLifecycleKind() throws {
+        var seen = Set<String>()
+        for seed in Self.seeds {
+            var generator = try GroupLogGenerator(seed: seed)
+            let log = try generator.generate(steps: Self.steps)
+            var reducer = GroupReducer(firstKey: generator.firstKey)
+            for (index, payload) in log.enumerated() {
+                guard
+                    case .outcome(.applied(let effects)) = reducer.feed(
+                        payload, seq: UInt64(index + 1), freshKeys: generator.freshKeys)
+                else { continue }
+                for effect in effects {
+                    switch effect {
+                    case .deleted: seen.insert("delete")
+                    case .groupLinkChanged: seen.insert("link")
+                    case .admissionChanged: seen.insert("admission")
+                    case .pendingAdded: seen.insert("pending")
+                    case .pendingRejected: seen.insert("reject pending")
+                    case .invited: seen.insert("invite")
+                    case .invitationWithdrawn: seen.insert("withdraw invitation")
+                    case .invitesSetUp: seen.insert("invites")
+                    case .blockedForAll: seen.insert("block")
+                    case .messagesDeleted: seen.insert("remove with messages")
+                    default: break
+                    }
+                }
+                if reducer.state.groupLink == nil, effects.contains(.groupLinkChanged) { seen.insert("delete link") }
+                if effects.contains(where: { if case .pendingAdmitted = $0 { true } else { false } }) {
+                    seen.insert("admit pending")
+                }
+            }
+        }
+        let expected: Set<String> = [
+            "delete", "link", "delete link", "admission", "pending", "reject pending", "admit pending", "invite",
+            "withdraw invitation", "invites", "block", "remove with messages",
+        ]
+        #expect(expected.subtracting(seen).isEmpty, "never applied: \(expected.subtracting(seen).sorted())")
     }
 
     /// The newcomer check has teeth: a snapshot that forgot which commits

@@ -229,6 +229,12 @@ enum GroupTest {
         if state.needsRekey, state.members.isEmpty { problems.append("needsRekey on an empty group") }
         if !state.blocked.isSubset(of: Set(state.members.keys)) { problems.append("a non-member is blocked") }
         if state.welcomeMessage.utf8.count > 2048 { problems.append("welcome message over its limit") }
+        let members = Set(state.members.keys)
+        if !members.isDisjoint(with: state.pending.keys) { problems.append("a member is also pending") }
+        if !members.isDisjoint(with: state.invited.keys) { problems.append("a member is also invited") }
+        if let link = state.groupLink, link.tag == state.inviteTag || state.retiredLinkTags.contains(link.tag) {
+            problems.append("the link's tag is the invite tag or a retired one")
+        }
         return problems
     }
 

@@ -71,6 +71,7 @@ struct InviteJoinErrorCodecTests {
             .singleUseConsumed: "single_use_consumed",
             .genericFailure: "generic_failure",
             .requestRejected: "request_rejected",
+            .invitationRemoved: "invitation_removed",
         ]
         #expect(Set(JoinErrorType.allCases) == Set(expected.keys))
         for (type, wire) in expected {

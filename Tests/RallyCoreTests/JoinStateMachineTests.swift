@@ -325,6 +325,7 @@ struct JoinStateMachineTests {
             .singleUseConsumed: "This invite was already used by someone else." + guidance,
             .genericFailure: "Failed to join conversation." + guidance,
             .requestRejected: "A moderator of the group declined your request to join.",
+            .invitationRemoved: "This invitation was withdrawn." + guidance,
         ]
         for type in JoinErrorType.allCases {
             #expect(Machine.JoinFailure.rejected(type, reason: "internal detail").userMessage == expected[type])

@@ -198,6 +198,62 @@ struct GroupAdmissionTests {
         #expect(fresh.tag != link.tag && fresh.admission == .approval)
         await c.stop([dan, eve, fay])
     }
+    @Test(
+        "invitations: invited until accepted (no approval needed); withdrawn is invitation_removed; declined is recorded; a deleted group is group_not_found"
+    )
+    func invitations() async throws {
+        let c = try await Club.start(admission: .approval)
+        let (dan, eve, fay, gus) = try await (
+            c.world.user("dan"), c.world.user("eve"), c.world.user("fay"), c.world.user("gus")
+        )
+        let record = try await c.owner.groupInvitations.invite(
+            [dan.inboxID, eve.inboxID, fay.inboxID], role: .moderator, to: c.groupID)
+        #expect(Set(record.state.invited.keys) == [dan.inboxID, eve.inboxID, fay.inboxID])
+        #expect(record.state.roster.filter { $0.status == .invited }.count == 3)
+        await #expect(throws: RallyClientError.group(.commitRejected(.alreadyInvited(dan.inboxID)))) {
+            try await c.owner.groupInvitations.invite([dan.inboxID], to: c.groupID)
+        }
+        // The invitee sees it, then accepts: joined as invited.
+        _ = try await dan.syncInbox()
+        let received = try dan.groupInvitations.received()
+        #expect(received.map(\.groupName) == ["Hikers"] && received.first?.answer == .open)
+        #expect(received.first?.role == .moderator && received.first?.invitedBy.inboxID == c.owner.inboxID)
+        let accepted = try await dan.groupInvitations.accept("Hikers")
+        _ = try await c.owner.processJoinRequests()
+        #expect(try await joinState(dan, accepted).phase == .joined)
+        let state = try await c.owner.group(c.groupID).state
+        #expect(state.role(of: dan.inboxID) == .moderator && state.invited[dan.inboxID] == nil)
+
+        // Withdrawn before Eve accepts: invitation_removed.
+        _ = try await c.owner.removeMembers([eve.inboxID], from: c.groupID)
+        _ = try await eve.syncInbox()
+        let late = try await eve.groupInvitations.accept("Hikers")
+        let reports = try await c.owner.processJoinRequests()
+        #expect(decisions(reports) == [.reject(.invitationRemoved, reason: "the invitation was withdrawn")])
+        let removed = try await joinState(eve, late)
+        #expect(removed.phase == .failed && removed.errorType == .invitationRemoved)
+        guard case .accepted(let attempt)? = try eve.groupInvitations.received().first?.answer else {
+            Issue.record("Eve's invitation is not shown as accepted")
+            return
+        }
+        #expect(attempt.errorType == .invitationRemoved)
+
+        // Fay declines: an admin's client withdraws it for the group.
+        _ = try await fay.syncInbox()
+        try await fay.groupInvitations.decline("Hikers")
+        #expect(try fay.groupInvitations.received().first?.answer == .declined)
+        _ = try await c.owner.processJoinRequests()
+        #expect(try await c.owner.group(c.groupID).state.invited.isEmpty)
+
+        // Invited to a group the owner then deletes: group_not_found.
+        _ = try await c.owner.groupInvitations.invite([gus.inboxID], to: c.groupID)
+        try await c.owner.deleteGroup(c.groupID)
+        _ = try await gus.syncInbox()
+        let gone = try await gus.groupInvitations.accept("Hikers")
+        _ = try await c.owner.processJoinRequests()
+        #expect(try await joinState(gus, gone).errorType == .conversationNotFound)
+        await c.stop([dan, eve, fay, gus])
+    }
 }
 
 extension Array {

@@ -47,8 +47,8 @@ struct GroupCLITests {
         let created = try json(GroupJSON.self, try await rally("alice", ["group", "create", "Book club", "--json"]))
         #expect(created.name == "Book club" && created.myRole == "owner" && created.memberCount == 1)
         let group = created.groupId
-        _ = try await rally("alice", ["group", "add", group, inboxes["bob"]!, "--json"])
-        _ = try await rally("alice", ["group", "add", group, inboxes["carol"]!, "--role", "moderator"])
+        _ = try await rally("alice", ["group", "add", group, inboxes["bob"]!, "--direct", "--json"])
+        _ = try await rally("alice", ["group", "add", group, inboxes["carol"]!, "--role", "moderator", "--direct"])
 
         let bobGroups = try json([GroupJSON].self, try await rally("bob", ["group", "list", "--json"]))
         #expect(bobGroups.map(\.groupId) == [group])

@@ -51,7 +51,9 @@ struct GroupLifecycleCLITests {
             ])
         #expect(created.fullName == "The Sunday Hikers" && created.imageDigest?.count == 64)
         let group = created.groupId
-        for member in [ann, bob] { #expect(try await rally("olive", ["group", "add", group, member]).status == 0) }
+        for member in [ann, bob] {
+            #expect(try await rally("olive", ["group", "add", group, member, "--direct"]).status == 0)
+        }
         for home in ["ann", "bob"] { #expect(try await rally(home, ["group", "list"]).status == 0) }
         let seen = try await json(GroupJSON.self, "ann", ["group", "profile", group])
         #expect(seen.fullName == "The Sunday Hikers" && seen.imageDigest == created.imageDigest)

@@ -89,7 +89,7 @@ struct SharedHomeCLITests {
         let bob = try b.json(IdentityJSON.self, try await b.ok("bob", ["id", "new", "--name", "Bob", "--json"]))
         let group = try b.json(GroupJSON.self, try await b.ok("alice", ["group", "create", "Picnic", "--json"]))
             .groupId
-        _ = try await b.ok("alice", ["group", "add", group, bob.inboxId])
+        _ = try await b.ok("alice", ["group", "add", group, bob.inboxId, "--direct"])
         _ = try await b.ok("bob", ["group", "list"])
         let watcher = try await b.startWatch("alice", following: [group])
 

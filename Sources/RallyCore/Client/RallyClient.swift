@@ -44,6 +44,8 @@ public actor RallyClient {
     public nonisolated let groupAdmission: GroupAdmissionService
     /// The group's one link.
     public nonisolated let groupLinks: GroupLinks
+    /// Invitations a person accepts or declines.
+    public nonisolated let groupInvitations: GroupInvitations
 
     /// The home's database. Internal: apps and the CLI go through the
     /// services.
@@ -84,6 +86,7 @@ public actor RallyClient {
         self.groupAdmission = GroupAdmissionService(
             context: context, log: log, committer: committer, welcomes: welcomes, messages: messages)
         self.groupLinks = GroupLinks(desk: desk)
+        self.groupInvitations = GroupInvitations(desk: desk, joins: joins, messages: messages)
         context.outboxRoutes.route { item, groupID throws(RallyClientError) in
             try await groups.sendQueued(item, groupID: groupID)
         }

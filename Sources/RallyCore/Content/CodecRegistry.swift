@@ -33,6 +33,7 @@ public struct CodecRegistry: Sendable {
         registry.register(VaultEmergencyRequestCodec())
         registry.register(JoinPendingNoticeCodec())
         registry.register(GroupSupportCodec())
+        registry.register(GroupInvitationCodec())
         return registry
     }()
 

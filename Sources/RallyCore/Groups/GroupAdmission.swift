@@ -83,3 +83,60 @@ public struct PendingMember: Sendable, Equatable {
         return record
     }
 }
+
+/// Someone an admin invited (`rally group add`): `invited` until they accept.
+public struct InvitedMember: Sendable, Equatable {
+    public let identity: PublicIdentity
+    public let role: GroupRole
+    public let invitedBy: InboxID
+
+    public var inboxID: InboxID { identity.inboxID }
+
+    var wire: WireInvitedMemberRecord {
+        var record = WireInvitedMemberRecord()
+        record.identity = identity.wireBundle
+        record.role = role.wire
+        record.invitedBy = invitedBy.rawValue
+        return record
+    }
+}
+
+/// Where someone stands in a group, in the seed's member lifecycle, as far
+/// as the group state knows it (who left or was removed is history, not
+/// state).
+public enum GroupMemberStatus: String, Sendable, Codable {
+    /// Invited by an admin; not yet accepted.
+    case invited
+    /// Asked to join; waits for a moderator's approval.
+    case pendingApproval = "pending_approval"
+    /// A member.
+    case connected
+    /// A member whose messages an admin hid for all.
+    case blocked
+}
+
+/// One line of a group's roster: members, then joiners waiting for
+/// approval, then invitees.
+public struct GroupRosterEntry: Sendable, Equatable {
+    public let identity: PublicIdentity
+    public let role: GroupRole
+    public let status: GroupMemberStatus
+
+    public var inboxID: InboxID { identity.inboxID }
+}
+
+extension GroupState {
+    /// Everyone the group state names, with their status.
+    public var roster: [GroupRosterEntry] {
+        sortedMembers.map {
+            GroupRosterEntry(
+                identity: $0.identity, role: $0.role, status: blocked.contains($0.inboxID) ? .blocked : .connected)
+        }
+            + pending.values.sorted { $0.inboxID < $1.inboxID }.map {
+                GroupRosterEntry(identity: $0.identity, role: $0.role, status: .pendingApproval)
+            }
+            + invited.values.sorted { $0.inboxID < $1.inboxID }.map {
+                GroupRosterEntry(identity: $0.identity, role: $0.role, status: .invited)
+            }
+    }
+}

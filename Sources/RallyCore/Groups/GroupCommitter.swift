@@ -179,3 +179,19 @@ struct GroupCommitter: Sendable {
         }
     }
 }
+
+extension GroupCommitter {
+    /// Withdraws an invitation (admin); `declined` records the invitee's
+    /// own refusal.
+    func withdrawInvitation(
+        of inbox: InboxID, in groupID: String, declined: Bool = false
+    ) async throws(RallyClientError) {
+        try await commit(groupID) { state throws(RallyClientError) in
+            guard state.invited[inbox] != nil else { throw .group(.commitRejected(.notInvited(inbox))) }
+            var commit = newCommit(on: state)
+            commit.withdrawInvitation.inboxID = inbox.rawValue
+            commit.withdrawInvitation.declined = declined
+            return commit
+        }
+    }
+}

@@ -162,6 +162,7 @@ struct GroupLogProcessor {
         let outcome = record.state.apply(verified)
         var newKey: (UInt64, SymmetricKey)?
         var inviteSeed: SymmetricKey?
+        var deleted = false
         if case .applied(let effects) = outcome {
             for effect in effects {
                 switch effect {
@@ -172,7 +173,9 @@ struct GroupLogProcessor {
                 case .memberLeft(let inbox) where inbox == identity.inboxID:
                     record.status = .left
                 case .deleted:
-                    record.status = .deleted
+                    // After the epoch's key is derived (the effects list
+                    // it last): the deletion's own epoch is complete too.
+                    deleted = true
                 case .epochAdvanced(let epoch, let commitID, let fresh):
                     guard record.status == .active || record.status == .creating else { break }
                     let previous = try key(previousEpoch)
@@ -204,6 +207,7 @@ struct GroupLogProcessor {
                 }
             }
         }
+        if deleted { record.status = .deleted }
         return Result(
             record: record, newKey: newKey, inviteSeed: inviteSeed,
             event: .commit(

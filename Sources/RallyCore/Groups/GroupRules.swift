@@ -52,6 +52,8 @@ public enum GroupRejection: Error, Sendable, Equatable, CustomStringConvertible 
     case invalidLink(String)
     case notPending(InboxID)
     case alreadyPending(InboxID)
+    case alreadyInvited(InboxID)
+    case notInvited(InboxID)
 
     public var description: String {
         switch self {
@@ -97,6 +99,8 @@ public enum GroupRejection: Error, Sendable, Equatable, CustomStringConvertible 
         case .invalidLink(let reason): "invalid group link: \(reason)"
         case .notPending(let inbox): "\(inbox) is not waiting for approval"
         case .alreadyPending(let inbox): "\(inbox) is already waiting for approval"
+        case .alreadyInvited(let inbox): "\(inbox) is invited already"
+        case .notInvited(let inbox): "\(inbox) has no invitation to this group"
         }
     }
 }
@@ -165,6 +169,8 @@ enum GroupRules {
         case addPending(PendingMember, Admission?)
         case admitPending(InboxID, GroupRole)
         case rejectPending(InboxID)
+        case invite(InvitedMember)
+        case withdrawInvitation(InboxID)
     }
 
     struct Admission: Equatable {
@@ -505,7 +511,7 @@ enum GroupRules {
                 return .success(
                     Change(
                         mutation: .admitPending(waiting.inboxID, role), rekeys: false,
-                        effects: [.memberAdded(waiting.inboxID, role)]))
+                        effects: [.memberAdded(waiting.inboxID, role), .pendingAdmitted(waiting.inboxID)]))
             }
 
         case .rejectPending(let reject)?:
@@ -519,6 +525,31 @@ enum GroupRules {
                         mutation: .rejectPending(waiting.inboxID), rekeys: false,
                         effects: [.pendingRejected(waiting.inboxID)]))
             }
+
+        case .inviteMember(let invite)?:
+            if let problem = require(.admin) ?? noKeys { return .failure(problem) }
+            guard let role = GroupRole(wire: invite.role) else { return .failure(.invalidRole) }
+            guard role <= actor else { return .failure(.insufficientRole(needed: role, actual: actor)) }
+            guard let identity = try? PublicIdentity(wire: invite.member) else {
+                return .failure(.invalidTarget("invitee keys"))
+            }
+            let inbox = identity.inboxID
+            guard state.members[inbox] == nil else { return .failure(.alreadyMember(inbox)) }
+            guard state.pending[inbox] == nil else { return .failure(.alreadyPending(inbox)) }
+            guard state.invited[inbox] == nil else { return .failure(.alreadyInvited(inbox)) }
+            let invitee = InvitedMember(identity: identity, role: role, invitedBy: author.inboxID)
+            return .success(Change(mutation: .invite(invitee), rekeys: false, effects: [.invited(inbox, role)]))
+
+        case .withdrawInvitation(let withdraw)?:
+            if let problem = require(.admin) ?? noKeys { return .failure(problem) }
+            guard let inbox = try? InboxID(validating: withdraw.inboxID), inbox.rawValue == withdraw.inboxID else {
+                return .failure(.invalidTarget(withdraw.inboxID))
+            }
+            guard state.invited[inbox] != nil else { return .failure(.notInvited(inbox)) }
+            return .success(
+                Change(
+                    mutation: .withdrawInvitation(inbox), rekeys: false,
+                    effects: [.invitationWithdrawn(inbox, declined: withdraw.declined)]))
 
         case .create?, nil:
             return .failure(.emptyAction)

@@ -67,11 +67,20 @@ struct GroupService: Sendable {
 
     /// Removes members in one commit: one fresh key for those who remain;
     /// with `withMessages` every member's client deletes their messages.
+    /// Someone only invited has their invitation withdrawn instead.
     func removeMembers(
         _ inboxes: [InboxID], from reference: String, ban: Bool, withMessages: Bool
     ) async throws(RallyClientError) -> GroupRecord {
         let groupID = try log.group(reference).groupID
         let committer = self.committer
+        try await log.sync(groupID)
+        let known = try log.group(groupID).state
+        let invitees = Set(inboxes.filter { known.invited[$0] != nil && known.members[$0] == nil })
+        for inbox in inboxes where invitees.contains(inbox) {
+            try await committer.withdrawInvitation(of: inbox, in: groupID)
+        }
+        let inboxes = inboxes.filter { !invitees.contains($0) }
+        guard !inboxes.isEmpty else { return try log.group(groupID) }
         try await committer.commit(groupID) { state throws(RallyClientError) in
             let targets = try Self.members(inboxes, in: state)
             let removed = Set(targets.map(\.inboxID))

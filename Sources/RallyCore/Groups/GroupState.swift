@@ -55,6 +55,9 @@ public struct GroupState: Sendable, Equatable {
     public private(set) var admission: GroupAdmission = .auto
     /// Joiners waiting for approval.
     public private(set) var pending: [InboxID: PendingMember] = [:]
+    /// People an admin invited, until they accept (or the invitation is
+    /// withdrawn or declined).
+    public private(set) var invited: [InboxID: InvitedMember] = [:]
     /// The hash chain over every applied commit: each commit names the
     /// transcript it builds on, so members shown different histories find
     /// out (ADR 0008).
@@ -115,6 +118,7 @@ public struct GroupState: Sendable, Equatable {
         case .add(let identity, let role, let admission):
             members[identity.inboxID] = GroupMember(identity: identity, role: role, addedBy: author.inboxID)
             pending[identity.inboxID] = nil
+            invited[identity.inboxID] = nil
             if let admission {
                 count(admission)
             } else {
@@ -130,6 +134,10 @@ public struct GroupState: Sendable, Equatable {
             }
         case .rejectPending(let inbox):
             pending[inbox] = nil
+        case .invite(let invitee):
+            invited[invitee.inboxID] = invitee
+        case .withdrawInvitation(let inbox):
+            invited[inbox] = nil
         case .setGroupLink(let link):
             groupLink = link
         case .deleteGroupLink:
@@ -240,6 +248,12 @@ public struct GroupState: Sendable, Equatable {
             case .failure(let rejection): throw .invalidMember("group link: \(rejection)")
             }
         }
+        for record in snapshot.invited {
+            guard let identity = try? PublicIdentity(wire: record.identity), let role = GroupRole(wire: record.role),
+                let invitedBy = try? InboxID(validating: record.invitedBy)
+            else { throw .invalidMember("invited member") }
+            invited[identity.inboxID] = InvitedMember(identity: identity, role: role, invitedBy: invitedBy)
+        }
         for record in snapshot.pending {
             guard let identity = try? PublicIdentity(wire: record.identity), let role = GroupRole(wire: record.role),
                 let addedBy = try? InboxID(validating: record.addedBy)
@@ -301,6 +315,7 @@ public struct GroupState: Sendable, Equatable {
         snapshot.retiredLinkTags = retiredLinkTags.sorted { $0.lexicographicallyPrecedes($1) }
         if let groupLink { snapshot.groupLink = groupLink.wire }
         snapshot.pending = pending.values.sorted { $0.inboxID < $1.inboxID }.map(\.wire)
+        snapshot.invited = invited.values.sorted { $0.inboxID < $1.inboxID }.map(\.wire)
         snapshot.transcript = transcript
         snapshot.invitesNeedRotation = invitesNeedRotation
         snapshot.retiredInviteIdentities = retiredInviteIdentities.map(\.wireBundle)
@@ -418,8 +433,13 @@ public enum GroupEffect: Sendable, Equatable {
     case admissionChanged(GroupAdmission)
     /// A joiner waits for approval.
     case pendingAdded(InboxID)
+    /// A moderator admitted a pending joiner (with `memberAdded`).
+    case pendingAdmitted(InboxID)
     /// A moderator turned a pending joiner away.
     case pendingRejected(InboxID)
+    case invited(InboxID, GroupRole)
+    /// An invitation was withdrawn, or (`declined`) turned down.
+    case invitationWithdrawn(InboxID, declined: Bool)
     /// The epoch moved on; with `freshKey` the key was replaced, otherwise
     /// the next key derives from the previous one.
     case epochAdvanced(epoch: UInt64, commitID: Data, freshKey: FreshEpochKey?)

@@ -12,6 +12,9 @@ public enum JoinErrorType: String, Sendable, Codable, CaseIterable {
     case genericFailure = "generic_failure"
     /// A moderator turned the joiner away from the approval queue.
     case requestRejected = "request_rejected"
+    /// The invitation was withdrawn (or declined) before it was accepted:
+    /// the seed's `JoinGroupResult.invitationRemoved`.
+    case invitationRemoved = "invitation_removed"
 
     /// A type from a newer client that this one does not know is a generic
     /// failure (forward compatibility).
@@ -27,6 +30,7 @@ public enum JoinErrorType: String, Sendable, Codable, CaseIterable {
         case .singleUseConsumed: "This invite was already used by someone else"
         case .genericFailure: "Failed to join conversation"
         case .requestRejected: "A moderator of the group declined your request to join"
+        case .invitationRemoved: "This invitation was withdrawn"
         }
     }
 

@@ -9,6 +9,7 @@ public enum InviteClientError: Error, Sendable, Equatable, CustomStringConvertib
     case joinInboxUnknown(InboxID)
     case noJoin(String)
     case invalidOptions(String)
+    case noInvitation(String)
 
     public var description: String {
         switch self {
@@ -21,6 +22,8 @@ public enum InviteClientError: Error, Sendable, Equatable, CustomStringConvertib
             "the relay does not know this invite's join inbox (\(inbox)): the invite belongs to another relay; use --relay"
         case .noJoin(let what): "no join \(what): see `rally join status`"
         case .invalidOptions(let reason): reason
+        case .noInvitation(let reference):
+            "no invitation \"\(reference)\" here: see `rally group invitations`"
         }
     }
 }

@@ -53,6 +53,8 @@ public enum JoinRequestDecision: Sendable, Equatable {
     case alreadyMember(groupID: String, tag: Data)
     /// The joiner waits in the approval queue already: tell it again.
     case awaitingApproval(groupID: String, tag: Data)
+    /// The invitee turned its invitation down: withdraw it, answer nothing.
+    case declineInvitation(groupID: String)
     /// Admit, or with `approval` put the joiner in the approval queue.
     case admit(Admission)
     /// This client is no longer an admin of the group; another admin
@@ -72,6 +74,7 @@ public enum JoinRequestDecision: Sendable, Equatable {
         case .reject(let type, let reason): (.rejected, "\(type.rawValue): \(reason)")
         case .alreadyMember: (.alreadyMember, nil)
         case .awaitingApproval: (.pending, nil)
+        case .declineInvitation: (.declined, nil)
         case .admit(let admission): (admission.approval ? .pending : .admitted, nil)
         }
     }
@@ -86,6 +89,9 @@ public enum JoinRequestDecision: Sendable, Equatable {
         public let requestID: Data
         /// The group, invite or link wants a moderator's approval first.
         public var approval = false
+        /// An accepted personal invitation: admitted as the admin invited
+        /// them, judged by the group's invitees rather than its invite tag.
+        public var invitation = false
 
         /// The admission as the commit that carries it names it.
         public var wire: WireInviteAdmission {
@@ -197,6 +203,10 @@ public enum JoinRequestPolicy {
         if let expiresAt = invite.expiresAt, expiresAt <= context.now {
             return .reject(.genericFailure, reason: "the invite expired")
         }
+        if !invite.payload.invitee.isEmpty {
+            return decideInvitation(context, invite: invite, request: request, groupID: groupID)
+        }
+        if request.decline { return .reject(.genericFailure, reason: "only an invitation can be declined") }
         // 5 before 4 where it must: without the group, revocation is unknowable.
         guard let group = context.group else {
             return .reject(.conversationNotFound, reason: "the group is not known here")
@@ -252,6 +262,42 @@ public enum JoinRequestPolicy {
         return .admit(admit)
     }
 
+    /// A personal invitation (`rally group add`) is judged by the group's
+    /// list of invitees, not by its invite tag: only the invitee may use
+    /// it, and only while the invitation stands (else
+    /// `invitation_removed`); it admits without approval, as the admin who
+    /// invited chose.
+    static func decideInvitation(
+        _ context: Context, invite: Invite, request: WireJoinRequest, groupID: String
+    ) -> JoinRequestDecision {
+        let joiner = context.sender
+        guard invite.payload.invitee == joiner.inboxID.rawValue else {
+            return .reject(.genericFailure, reason: "this invitation is for someone else")
+        }
+        guard let group = context.group else {
+            return .reject(.conversationNotFound, reason: "the group is not known here")
+        }
+        let state = group.state
+        if group.status == .deleted || state.deleted {
+            return answer(to: .deleted, groupID: groupID, tag: invite.tag, maxUses: 1)
+        }
+        guard group.status == .active, let myRole = state.role(of: context.me), myRole >= .admin else {
+            return .notForThisClient(reason: "this client is not an admin of the group")
+        }
+        if state.exploded { return answer(to: .exploded, groupID: groupID, tag: invite.tag, maxUses: 1) }
+        let invitee = state.invited[joiner.inboxID].flatMap { $0.identity.hasSameKeys(as: joiner) ? $0 : nil }
+        if request.decline { return invitee == nil ? .duplicate : .declineInvitation(groupID: groupID) }
+        if let member = state.members[joiner.inboxID], member.identity.hasSameKeys(as: joiner) {
+            return .alreadyMember(groupID: groupID, tag: invite.tag)
+        }
+        guard let invitee else { return .reject(.invitationRemoved, reason: "the invitation was withdrawn") }
+        var admit = JoinRequestDecision.Admission(
+            groupID: groupID, joiner: joiner, role: min(invitee.role, myRole), tag: invite.tag,
+            inviteID: inviteID(of: request.invite), maxUses: 1, requestID: context.requestID)
+        admit.invitation = true
+        return .admit(admit)
+    }
+
     /// The answer a joiner gets when the group's admission rules refuse
     /// its admission: when deciding, and when the rules refuse the
     /// admission commit itself (a race inside one epoch).
@@ -282,4 +328,6 @@ public enum JoinRequestOutcome: String, Sendable, Codable {
     case admitted, alreadyMember, rejected, blocked, ignored
     /// Put in (or still in) the approval queue.
     case pending
+    /// An invitee turned its invitation down.
+    case declined
 }

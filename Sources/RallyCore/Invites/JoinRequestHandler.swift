@@ -104,6 +104,13 @@ struct JoinRequestHandler: Sendable {
             return (decision, false)
         case .awaitingApproval(let groupID, _):
             return (decision, await sendPendingNotice(groupID: groupID, asked: asked))
+        case .declineInvitation(let groupID):
+            do {
+                try await desk.committer.withdrawInvitation(of: asked.sender.inboxID, in: groupID, declined: true)
+            } catch .group(.commitRejected(.notInvited)) {
+                // Withdrawn meanwhile: nothing left to decline.
+            }
+            return (decision, false)
         case .admit(let admission):
             var overtaken: JoinRequestDecision = .duplicate
             var queued = false
@@ -124,7 +131,10 @@ struct JoinRequestHandler: Sendable {
                     }
                     var commit = committer.newCommit(on: state)
                     queued = current.approval
-                    if current.approval {
+                    if current.invitation {
+                        commit.addMember.member = joiner.wireBundle
+                        commit.addMember.role = current.role.wire
+                    } else if current.approval {
                         commit.addPending.member = joiner.wireBundle
                         commit.addPending.role = current.role.wire
                         commit.addPending.viaInvite = current.wire

@@ -51,6 +51,29 @@ struct JoinService: Sendable {
         } ?? attempt
     }
 
+    static let declinedReason = "declined"
+
+    /// Turns a personal invitation down: a join request marked `decline`
+    /// goes to the group's join inbox, and the attempt is kept as
+    /// cancelled ("declined"), so the invitation shows as answered.
+    func decline(_ invite: Invite, now: Date) async throws(RallyClientError) {
+        let joinInbox = try! InboxID(validating: invite.payload.joinInboxID)
+        let slug = InviteSlug.encode(invite.signed)
+        let requestID = MessageSealing.newMessageID()
+        var request = WireJoinRequest()
+        request.invite = invite.signed
+        request.requestID = requestID
+        request.decline = true
+        _ = try await messages.send(
+            request, codec: JoinRequestCodec(), to: joinInbox, messageID: requestID, keepCopy: false)
+        let attempt = JoinAttempt(
+            requestID: requestID.hexString,
+            invite: .init(tag: invite.tagText, inviterInbox: joinInbox, name: invite.payload.name), slug: slug,
+            phase: .cancelled, groupID: nil, existing: false, errorType: nil, reason: Self.declinedReason,
+            startedAt: now, updatedAt: now)
+        try context.stored { () throws(LocalStoreError) in try store.saveJoinAttempt(attempt) }
+    }
+
     /// Join attempts, newest first.
     func attempts() throws(RallyClientError) -> [JoinAttempt] {
         try context.stored { () throws(LocalStoreError) in try store.joinAttempts() }

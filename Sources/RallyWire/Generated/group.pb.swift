@@ -463,6 +463,22 @@ public nonisolated struct WireGroupCommit: @unchecked Sendable {
     set {_uniqueStorage()._action = .rejectPending(newValue)}
   }
 
+  public var inviteMember: WireInviteMember {
+    get {
+      if case .inviteMember(let v)? = _storage._action {return v}
+      return WireInviteMember()
+    }
+    set {_uniqueStorage()._action = .inviteMember(newValue)}
+  }
+
+  public var withdrawInvitation: WireWithdrawInvitation {
+    get {
+      if case .withdrawInvitation(let v)? = _storage._action {return v}
+      return WireWithdrawInvitation()
+    }
+    set {_uniqueStorage()._action = .withdrawInvitation(newValue)}
+  }
+
   /// A fresh epoch key sealed to each member who keeps access. Required when
   /// someone loses access (remove, rekey after a leave); absent otherwise,
   /// and then the next key is derived from the current one.
@@ -513,6 +529,8 @@ public nonisolated struct WireGroupCommit: @unchecked Sendable {
     case addPending(WireAddPending)
     case admitPending(WireAdmitPending)
     case rejectPending(WireRejectPending)
+    case inviteMember(WireInviteMember)
+    case withdrawInvitation(WireWithdrawInvitation)
 
   }
 
@@ -822,6 +840,48 @@ public nonisolated struct WireRejectPending: Sendable {
   // methods supported on all messages.
 
   public var inboxID: String = String()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// An admin invites someone (`rally group add`): they are `invited` until
+/// they accept, which joins them through the invite identity like any join
+/// request, with this role and without waiting for approval.
+public nonisolated struct WireInviteMember: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var member: WireKeyBundle {
+    get {_member ?? WireKeyBundle()}
+    set {_member = newValue}
+  }
+  /// Returns true if `member` has been explicitly set.
+  public var hasMember: Bool {self._member != nil}
+  /// Clears the value of `member`. Subsequent reads from it will return its default value.
+  public mutating func clearMember() {self._member = nil}
+
+  public var role: WireGroupRole = .unspecified
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+
+  fileprivate var _member: WireKeyBundle? = nil
+}
+
+/// An admin withdraws an invitation, or records the invitee's decline; an
+/// acceptance after it is answered invitation_removed.
+public nonisolated struct WireWithdrawInvitation: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var inboxID: String = String()
+
+  public var declined: Bool = false
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -1140,11 +1200,41 @@ public nonisolated struct WireGroupSnapshot: @unchecked Sendable {
     set {_uniqueStorage()._retiredLinkTags = newValue}
   }
 
+  public var invited: [WireInvitedMemberRecord] {
+    get {_storage._invited}
+    set {_uniqueStorage()._invited = newValue}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
 
   fileprivate var _storage = _StorageClass.defaultInstance
+}
+
+public nonisolated struct WireInvitedMemberRecord: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var identity: WireKeyBundle {
+    get {_identity ?? WireKeyBundle()}
+    set {_identity = newValue}
+  }
+  /// Returns true if `identity` has been explicitly set.
+  public var hasIdentity: Bool {self._identity != nil}
+  /// Clears the value of `identity`. Subsequent reads from it will return its default value.
+  public mutating func clearIdentity() {self._identity = nil}
+
+  public var role: WireGroupRole = .unspecified
+
+  public var invitedBy: String = String()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+
+  fileprivate var _identity: WireKeyBundle? = nil
 }
 
 public nonisolated struct WireGroupLinkRecord: Sendable {
@@ -1574,7 +1664,7 @@ nonisolated extension WireGroupImage: SwiftProtobuf.Message, SwiftProtobuf._Mess
 
 nonisolated extension WireGroupCommit: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".GroupCommit"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}group_id\0\u{1}epoch\0\u{3}commit_id\0\u{1}author\0\u{3}created_at_ms\0\u{3}parent_transcript\0\u{2}\u{4}create\0\u{3}add_member\0\u{3}remove_member\0\u{3}change_role\0\u{1}leave\0\u{3}update_profile\0\u{1}rekey\0\u{3}set_up_invites\0\u{3}rotate_invite_tag\0\u{1}explode\0\u{3}change_roles\0\u{3}remove_members\0\u{3}block_members\0\u{3}set_welcome\0\u{3}delete_group\0\u{3}set_group_link\0\u{3}delete_group_link\0\u{3}set_admission\0\u{3}add_pending\0\u{3}admit_pending\0\u{3}epoch_keys\0\u{3}epoch_key_commitment\0\u{3}rotate_invites\0\u{3}reject_pending\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}group_id\0\u{1}epoch\0\u{3}commit_id\0\u{1}author\0\u{3}created_at_ms\0\u{3}parent_transcript\0\u{2}\u{4}create\0\u{3}add_member\0\u{3}remove_member\0\u{3}change_role\0\u{1}leave\0\u{3}update_profile\0\u{1}rekey\0\u{3}set_up_invites\0\u{3}rotate_invite_tag\0\u{1}explode\0\u{3}change_roles\0\u{3}remove_members\0\u{3}block_members\0\u{3}set_welcome\0\u{3}delete_group\0\u{3}set_group_link\0\u{3}delete_group_link\0\u{3}set_admission\0\u{3}add_pending\0\u{3}admit_pending\0\u{3}epoch_keys\0\u{3}epoch_key_commitment\0\u{3}rotate_invites\0\u{3}reject_pending\0\u{3}invite_member\0\u{3}withdraw_invitation\0")
 
   fileprivate class _StorageClass {
     var _groupID: String = String()
@@ -1907,6 +1997,32 @@ nonisolated extension WireGroupCommit: SwiftProtobuf.Message, SwiftProtobuf._Mes
             _storage._action = .rejectPending(v)
           }
         }()
+        case 34: try {
+          var v: WireInviteMember?
+          var hadOneofValue = false
+          if let current = _storage._action {
+            hadOneofValue = true
+            if case .inviteMember(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._action = .inviteMember(v)
+          }
+        }()
+        case 35: try {
+          var v: WireWithdrawInvitation?
+          var hadOneofValue = false
+          if let current = _storage._action {
+            hadOneofValue = true
+            if case .withdrawInvitation(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._action = .withdrawInvitation(v)
+          }
+        }()
         default: break
         }
       }
@@ -2029,9 +2145,21 @@ nonisolated extension WireGroupCommit: SwiftProtobuf.Message, SwiftProtobuf._Mes
       try { if let v = _storage._rotateInvites {
         try visitor.visitSingularMessageField(value: v, fieldNumber: 32)
       } }()
-      try { if case .rejectPending(let v)? = _storage._action {
+      switch _storage._action {
+      case .rejectPending?: try {
+        guard case .rejectPending(let v)? = _storage._action else { preconditionFailure() }
         try visitor.visitSingularMessageField(value: v, fieldNumber: 33)
-      } }()
+      }()
+      case .inviteMember?: try {
+        guard case .inviteMember(let v)? = _storage._action else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 34)
+      }()
+      case .withdrawInvitation?: try {
+        guard case .withdrawInvitation(let v)? = _storage._action else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 35)
+      }()
+      default: break
+      }
     }
     try unknownFields.traverse(visitor: &visitor)
   }
@@ -2624,6 +2752,80 @@ nonisolated extension WireRejectPending: SwiftProtobuf.Message, SwiftProtobuf._M
   }
 }
 
+nonisolated extension WireInviteMember: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".InviteMember"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}member\0\u{1}role\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularMessageField(value: &self._member) }()
+      case 2: try { try decoder.decodeSingularEnumField(value: &self.role) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
+    try { if let v = self._member {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 1)
+    } }()
+    if self.role != .unspecified {
+      try visitor.visitSingularEnumField(value: self.role, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: WireInviteMember, rhs: WireInviteMember) -> Bool {
+    if lhs._member != rhs._member {return false}
+    if lhs.role != rhs.role {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension WireWithdrawInvitation: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".WithdrawInvitation"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}inbox_id\0\u{1}declined\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.inboxID) }()
+      case 2: try { try decoder.decodeSingularBoolField(value: &self.declined) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.inboxID.isEmpty {
+      try visitor.visitSingularStringField(value: self.inboxID, fieldNumber: 1)
+    }
+    if self.declined != false {
+      try visitor.visitSingularBoolField(value: self.declined, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: WireWithdrawInvitation, rhs: WireWithdrawInvitation) -> Bool {
+    if lhs.inboxID != rhs.inboxID {return false}
+    if lhs.declined != rhs.declined {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
 nonisolated extension WireLeaveGroup: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".LeaveGroup"
   public static let _protobuf_nameMap = SwiftProtobuf._NameMap()
@@ -2920,7 +3122,7 @@ nonisolated extension WireGroupMemberRecord: SwiftProtobuf.Message, SwiftProtobu
 
 nonisolated extension WireGroupSnapshot: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".GroupSnapshot"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}group_id\0\u{1}epoch\0\u{1}profile\0\u{1}members\0\u{3}needs_rekey\0\u{3}last_commit_id\0\u{3}applied_commit_ids\0\u{3}invite_identity\0\u{3}invite_tag\0\u{3}invite_uses\0\u{3}admitted_join_requests\0\u{1}banned\0\u{1}exploded\0\u{3}retired_invite_tags\0\u{1}transcript\0\u{3}invites_need_rotation\0\u{3}retired_invite_identities\0\u{1}blocked\0\u{3}welcome_message\0\u{1}deleted\0\u{3}group_link\0\u{1}admission\0\u{1}pending\0\u{3}retired_link_tags\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}group_id\0\u{1}epoch\0\u{1}profile\0\u{1}members\0\u{3}needs_rekey\0\u{3}last_commit_id\0\u{3}applied_commit_ids\0\u{3}invite_identity\0\u{3}invite_tag\0\u{3}invite_uses\0\u{3}admitted_join_requests\0\u{1}banned\0\u{1}exploded\0\u{3}retired_invite_tags\0\u{1}transcript\0\u{3}invites_need_rotation\0\u{3}retired_invite_identities\0\u{1}blocked\0\u{3}welcome_message\0\u{1}deleted\0\u{3}group_link\0\u{1}admission\0\u{1}pending\0\u{3}retired_link_tags\0\u{1}invited\0")
 
   fileprivate class _StorageClass {
     var _groupID: String = String()
@@ -2947,6 +3149,7 @@ nonisolated extension WireGroupSnapshot: SwiftProtobuf.Message, SwiftProtobuf._M
     var _admission: WireGroupAdmission = .auto
     var _pending: [WirePendingMemberRecord] = []
     var _retiredLinkTags: [Data] = []
+    var _invited: [WireInvitedMemberRecord] = []
 
       // This property is used as the initial default value for new instances of the type.
       // The type itself is protecting the reference to its storage via CoW semantics.
@@ -2981,6 +3184,7 @@ nonisolated extension WireGroupSnapshot: SwiftProtobuf.Message, SwiftProtobuf._M
       _admission = source._admission
       _pending = source._pending
       _retiredLinkTags = source._retiredLinkTags
+      _invited = source._invited
     }
   }
 
@@ -3023,6 +3227,7 @@ nonisolated extension WireGroupSnapshot: SwiftProtobuf.Message, SwiftProtobuf._M
         case 22: try { try decoder.decodeSingularEnumField(value: &_storage._admission) }()
         case 23: try { try decoder.decodeRepeatedMessageField(value: &_storage._pending) }()
         case 24: try { try decoder.decodeRepeatedBytesField(value: &_storage._retiredLinkTags) }()
+        case 25: try { try decoder.decodeRepeatedMessageField(value: &_storage._invited) }()
         default: break
         }
       }
@@ -3107,6 +3312,9 @@ nonisolated extension WireGroupSnapshot: SwiftProtobuf.Message, SwiftProtobuf._M
       if !_storage._retiredLinkTags.isEmpty {
         try visitor.visitRepeatedBytesField(value: _storage._retiredLinkTags, fieldNumber: 24)
       }
+      if !_storage._invited.isEmpty {
+        try visitor.visitRepeatedMessageField(value: _storage._invited, fieldNumber: 25)
+      }
     }
     try unknownFields.traverse(visitor: &visitor)
   }
@@ -3140,10 +3348,55 @@ nonisolated extension WireGroupSnapshot: SwiftProtobuf.Message, SwiftProtobuf._M
         if _storage._admission != rhs_storage._admission {return false}
         if _storage._pending != rhs_storage._pending {return false}
         if _storage._retiredLinkTags != rhs_storage._retiredLinkTags {return false}
+        if _storage._invited != rhs_storage._invited {return false}
         return true
       }
       if !storagesAreEqual {return false}
     }
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension WireInvitedMemberRecord: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".InvitedMemberRecord"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}identity\0\u{1}role\0\u{3}invited_by\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularMessageField(value: &self._identity) }()
+      case 2: try { try decoder.decodeSingularEnumField(value: &self.role) }()
+      case 3: try { try decoder.decodeSingularStringField(value: &self.invitedBy) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
+    try { if let v = self._identity {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 1)
+    } }()
+    if self.role != .unspecified {
+      try visitor.visitSingularEnumField(value: self.role, fieldNumber: 2)
+    }
+    if !self.invitedBy.isEmpty {
+      try visitor.visitSingularStringField(value: self.invitedBy, fieldNumber: 3)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: WireInvitedMemberRecord, rhs: WireInvitedMemberRecord) -> Bool {
+    if lhs._identity != rhs._identity {return false}
+    if lhs.role != rhs.role {return false}
+    if lhs.invitedBy != rhs.invitedBy {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

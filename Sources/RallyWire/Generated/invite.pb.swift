@@ -179,6 +179,31 @@ public nonisolated struct WireJoinRequest: Sendable {
   fileprivate var _invite: WireSignedInvite? = nil
 }
 
+/// The body of `rally.dev/group_invitation:1.0`: an admin's personal
+/// invitation (`rally group add`), sent by direct message to the invitee. The
+/// invite names the invitee (`invitee`); accepting sends a join request with
+/// it, declining one with `decline` set.
+public nonisolated struct WireGroupInvitation: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var invite: WireSignedInvite {
+    get {_invite ?? WireSignedInvite()}
+    set {_invite = newValue}
+  }
+  /// Returns true if `invite` has been explicitly set.
+  public var hasInvite: Bool {self._invite != nil}
+  /// Clears the value of `invite`. Subsequent reads from it will return its default value.
+  public mutating func clearInvite() {self._invite = nil}
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+
+  fileprivate var _invite: WireSignedInvite? = nil
+}
+
 // MARK: - Code below here is support for the SwiftProtobuf runtime.
 
 fileprivate nonisolated let _protobuf_package = "rally.v1"
@@ -425,6 +450,40 @@ nonisolated extension WireJoinRequest: SwiftProtobuf.Message, SwiftProtobuf._Mes
     if lhs._invite != rhs._invite {return false}
     if lhs.requestID != rhs.requestID {return false}
     if lhs.decline != rhs.decline {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension WireGroupInvitation: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".GroupInvitation"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}invite\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularMessageField(value: &self._invite) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
+    try { if let v = self._invite {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 1)
+    } }()
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: WireGroupInvitation, rhs: WireGroupInvitation) -> Bool {
+    if lhs._invite != rhs._invite {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
