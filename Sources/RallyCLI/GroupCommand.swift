@@ -10,7 +10,7 @@ struct GroupCommand: AsyncParsableCommand {
             Create.self, Add.self, Remove.self, Send.self, Read.self, Members.self, List.self, Explode.self,
             Profile.self, Role.self, Block.self, Unblock.self, Welcome.self, Leave.self, Delete.self, Admission.self,
             Pending.self, Admit.self, Reject.self, Support.self,
-            Link.self, Invitations.self, Accept.self, Decline.self,
+            Link.self, Invitations.self, Accept.self, Decline.self, Prefs.self, React.self,
         ])
 
     struct GroupJSON: Encodable {

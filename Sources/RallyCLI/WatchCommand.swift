@@ -82,6 +82,7 @@ struct WatchCommand: AsyncParsableCommand {
                 case .admissionChanged(let admission): "admission is now \(admission.rawValue)"
                 case .pendingAdded(let inbox): "\(inbox.rawValue.prefix(8))… waits for approval"
                 case .pendingAdmitted: nil
+                case .preferencesChanged: "preferences changed"
                 case .pendingRejected(let inbox): "\(inbox.rawValue.prefix(8))… turned away"
                 case .invited(let inbox, let role): "\(inbox.rawValue.prefix(8))… invited as \(role)"
                 case .invitationWithdrawn(let inbox, let declined):

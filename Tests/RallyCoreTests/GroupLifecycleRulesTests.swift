@@ -21,9 +21,12 @@ struct GroupLifecycleRulesTests {
         case profile
         case delete
         case admission
+        case preferences
 
         static let all: [Action] =
-            GroupRole.allCases.map(Action.roles) + [.remove, .block, .unblock, .welcome, .profile, .delete, .admission]
+            GroupRole.allCases.map(Action.roles) + [
+                .remove, .block, .unblock, .welcome, .profile, .delete, .admission, .preferences,
+            ]
 
         var description: String {
             switch self {
@@ -35,6 +38,7 @@ struct GroupLifecycleRulesTests {
             case .profile: "profile"
             case .delete: "delete"
             case .admission: "admission"
+            case .preferences: "preferences"
             }
         }
     }
@@ -51,7 +55,7 @@ struct GroupLifecycleRulesTests {
             return needs(.admin) ?? (role > actor ? .insufficientRole(needed: role, actual: actor) : nil) ?? outranked
         case .remove: return needs(.admin) ?? outranked
         case .block, .unblock: return needs(.moderator) ?? outranked
-        case .welcome, .profile, .delete, .admission: return needs(.owner)
+        case .welcome, .profile, .delete, .admission, .preferences: return needs(.owner)
         }
     }
 
@@ -96,6 +100,10 @@ struct GroupLifecycleRulesTests {
             var set = WireSetAdmission()
             set.admission = .approval
             return T.commit(.setAdmission(set), by: actorIdentity, on: state)
+        case .preferences:
+            var set = WireSetPreferences()
+            set.preferences = [GroupPreferences.wire("reactions", GroupPreference(enabled: false))]
+            return T.commit(.setPreferences(set), by: actorIdentity, on: state)
         }
     }
 
@@ -139,6 +147,7 @@ struct GroupLifecycleRulesTests {
                 try after.apply(T.commit(T.welcome("Still here?"), by: Self.owner, on: next), signedBy: Self.owner)
                     == .rejected(.deleted))
         case .admission: #expect(next.admission == .approval)
+        case .preferences: #expect(!next.preferences[.reactions].enabled)
         }
     }
 
@@ -159,6 +168,7 @@ struct GroupLifecycleRulesTests {
         case .profile: allowed = permissions.canEditProfile
         case .delete: allowed = permissions.canDelete
         case .admission: allowed = permissions.canSetAdmission
+        case .preferences: allowed = permissions.canSetPreferences
         }
         #expect(allowed == applied, "\(outcome)")
         if case .roles(let role) = row.action, row.target <= row.actor {

@@ -447,6 +447,23 @@ public actor RallyClient {
         try await groupService.sendText(text, to: reference)
     }
 
+    /// Reacts to a group message; refused here (and by every member) when
+    /// the group's preferences turn reactions off for this member's role.
+    public func sendGroupReaction(
+        _ emoji: String, to messageID: String, in reference: String
+    ) async throws(RallyClientError) -> StoredMessage {
+        try await groupService.sendReaction(emoji, to: messageID, in: reference)
+    }
+
+    /// Changes the group's preferences (owner); keys not given stay as
+    /// they are. See ``GroupPreferences/Key``.
+    public func setGroupPreferences(
+        _ changes: [GroupPreferences.Key: GroupPreference], in reference: String
+    ) async throws(RallyClientError) -> GroupRecord {
+        try await groupService.setPreferences(
+            Dictionary(uniqueKeysWithValues: changes.map { ($0.key.rawValue, $0.value) }), in: reference)
+    }
+
     /// The group's stored messages, oldest first.
     public func groupMessages(in reference: String) throws(RallyClientError) -> [StoredMessage] {
         try groupService.messages(in: reference)

@@ -34,6 +34,7 @@ public struct CodecRegistry: Sendable {
         registry.register(JoinPendingNoticeCodec())
         registry.register(GroupSupportCodec())
         registry.register(GroupInvitationCodec())
+        registry.register(ReactionCodec())
         return registry
     }()
 

@@ -15,6 +15,8 @@ public enum GroupClientError: Error, Sendable, Equatable, CustomStringConvertibl
     case noTopicAccess(String)
     /// Neither a moderator of the group nor the pending joiner of that chat.
     case supportNotAllowed(String)
+    /// The group's preferences do not let this member send this content.
+    case notAllowedByPreference(GroupPreferences.Key, GroupPreference)
 
     public var description: String {
         switch self {
@@ -35,6 +37,10 @@ public enum GroupClientError: Error, Sendable, Equatable, CustomStringConvertibl
         case .diverged(let group, let reason):
             "the relay showed this device a different history of \(group) than the other members see (\(reason)); nothing more is sent into it: check with the other members out of band, then forget the group and have an admin add you again"
         case .commitRefused(let reason): "the group refused the change: \(reason)"
+        case .notAllowedByPreference(let key, let preference):
+            preference.enabled
+                ? "\(key.rawValue) need the role \(preference.minimumRole?.description ?? "member") or above in this group"
+                : "\(key.rawValue) are off in this group (the owner's preference)"
         case .supportNotAllowed(let group):
             "the support chat of \(group) is for its moderators and above and the joiner waiting for approval; this identity is neither"
         case .noTopicAccess(let group):

@@ -161,7 +161,7 @@ struct GroupCommitter: Sendable {
     /// Publishes one entry to a group's topic with its access key.
     func publishEntry(
         _ entry: WireGroupLogEntry, to record: GroupRecord, key: Data, control: Bool = false,
-        rotateAccessKey: Data? = nil
+        rotateAccessKey: Data? = nil, expiresAt: Date? = nil
     ) async throws(RallyClientError) -> WirePublishAck {
         let payload = FrameCodec.encode(entry)
         guard payload.count <= WireLimits.maxPayloadBytes else {
@@ -174,7 +174,8 @@ struct GroupCommitter: Sendable {
         let expected = record.lastControlSeq
         return try await context.withRetries("group publish") { link throws(RelayClientError) in
             try await link.publish(
-                topic: topic, payload: payload, idempotencyKey: key, shouldPush: true, expiresAt: nil, access: access,
+                topic: topic, payload: payload, idempotencyKey: key, shouldPush: true, expiresAt: expiresAt,
+                access: access,
                 control: control, expectedControlSeq: expected, rotateAccessKey: rotateAccessKey)
         }
     }

@@ -44,6 +44,12 @@ struct GroupLog: Sendable {
         return record
     }
 
+    /// Timed messages whose time is up disappear from this home.
+    func deleteExpiredMessages() throws(RallyClientError) {
+        let now = context.clock.now()
+        try context.stored { () throws(LocalStoreError) in try context.store.deleteExpiredMessages(now: now) }
+    }
+
     // MARK: Reading
 
     /// Reads the group log from the stored cursor up to its head.
@@ -51,6 +57,7 @@ struct GroupLog: Sendable {
     func sync(_ reference: String) async throws(RallyClientError) -> GroupSyncReport {
         let collector = GroupSyncCollector()
         try await follow(reference, untilCaughtUp: true) { event in await collector.add(event) }
+        try deleteExpiredMessages()
         return await collector.report
     }
 
@@ -150,7 +157,7 @@ struct GroupLog: Sendable {
                 result.record, seq: envelope.seq, epochKey: result.newKey, message: message,
                 inviteSeed: result.inviteSeed, ownCommit: ownCommit,
                 accessSecretChanged: result.record.accessSecret != record.accessSecret,
-                deletingMessagesOf: deletingMessagesOf)
+                deletingMessagesOf: deletingMessagesOf, messageExpiresAt: result.messageExpiresAt)
             if result.record.status == .deleted, record.status != .deleted { try store.markGroupDeleted(groupID) }
         }
         return result.event

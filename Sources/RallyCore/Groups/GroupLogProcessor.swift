@@ -27,6 +27,9 @@ public enum GroupEntryRejection: Error, Sendable, Equatable, CustomStringConvert
     case senderMayNotSend(InboxID, GroupRole)
     case undecryptable(String)
     case unsealedCommit
+    /// The group's preferences do not allow this content (for this role)
+    /// at this point of the log.
+    case notAllowedByPreference(GroupPreferences.Key, InboxID)
 
     public var description: String {
         switch self {
@@ -38,6 +41,8 @@ public enum GroupEntryRejection: Error, Sendable, Equatable, CustomStringConvert
         case .senderMayNotSend(let inbox, let role): "\(inbox) is \(role) and may not send"
         case .undecryptable(let reason): "cannot decrypt: \(reason)"
         case .unsealedCommit: "a commit in the clear (commits travel sealed)"
+        case .notAllowedByPreference(let key, let inbox):
+            "the group's preferences do not allow \(key.rawValue) from \(inbox) here"
         }
     }
 }
@@ -59,6 +64,8 @@ struct GroupLogProcessor {
         /// invites up.
         var inviteSeed: SymmetricKey?
         var event: GroupLogEvent
+        /// When a timed message disappears (every client deletes it then).
+        var messageExpiresAt: Date? = nil
     }
 
     func process(
@@ -251,14 +258,27 @@ struct GroupLogProcessor {
         }
         guard member.role.canSend else { return reject(.senderMayNotSend(member.inboxID, member.role)) }
         let content = verified.body.content
+        // The preferences at this point of the log decide, the same for
+        // every member.
+        let preferences = record.state.preferences
+        if let key = GroupPreferences.key(forContentType: content.type), !preferences.allows(key, role: member.role) {
+            return reject(.notAllowedByPreference(key, member.inboxID))
+        }
+        let sentAt = Date(milliseconds: verified.body.sentAtMs)
         let decoded = codecs.decode(content)
         let message = StoredMessage(
             id: verified.messageID.hexString, conversation: record.groupID,
             outgoing: verified.sender.inboxID == identity.inboxID, sender: verified.sender.inboxID,
             senderName: member.identity.displayName,
-            sentAt: Date(milliseconds: verified.body.sentAtMs), receivedAt: receivedAt,
+            sentAt: sentAt, receivedAt: receivedAt,
             topic: envelope.topic, seq: seq, contentType: decoded.contentType.description,
             encodedContent: FrameCodec.encode(content), displayText: decoded.displayText, isKnownType: decoded.isKnown)
-        return Result(record: record, event: .message(message))
+        // A timed message lives the group's TTL at its position, from when
+        // it was sent (a sender's clock far ahead cannot make it outlive
+        // the TTL from when it arrived).
+        let expiresAt = preferences.messageTTLSeconds.map {
+            min(sentAt, receivedAt).addingTimeInterval(TimeInterval($0))
+        }
+        return Result(record: record, event: .message(message), messageExpiresAt: expiresAt)
     }
 }

@@ -41,6 +41,7 @@ public struct GroupPermissions: Sendable, Equatable {
     public var canDelete: Bool { atLeast(.owner) }
     /// Whether joiners wait for approval (the group's admission).
     public var canSetAdmission: Bool { atLeast(.owner) }
+    public var canSetPreferences: Bool { atLeast(.owner) }
     /// Make, change and delete the group's link.
     public var canManageLink: Bool { atLeast(.admin) }
     /// See the pending queue, admit or reject, talk in the support chat.

@@ -54,6 +54,7 @@ public enum GroupRejection: Error, Sendable, Equatable, CustomStringConvertible 
     case alreadyPending(InboxID)
     case alreadyInvited(InboxID)
     case notInvited(InboxID)
+    case invalidPreferences(String)
 
     public var description: String {
         switch self {
@@ -101,6 +102,7 @@ public enum GroupRejection: Error, Sendable, Equatable, CustomStringConvertible 
         case .alreadyPending(let inbox): "\(inbox) is already waiting for approval"
         case .alreadyInvited(let inbox): "\(inbox) is invited already"
         case .notInvited(let inbox): "\(inbox) has no invitation to this group"
+        case .invalidPreferences(let reason): "invalid preferences: \(reason)"
         }
     }
 }
@@ -170,6 +172,7 @@ enum GroupRules {
         case admitPending(InboxID, GroupRole)
         case rejectPending(InboxID)
         case invite(InvitedMember)
+        case setPreferences([WireGroupPreference])
         case withdrawInvitation(InboxID)
     }
 
@@ -550,6 +553,14 @@ enum GroupRules {
                 Change(
                     mutation: .withdrawInvitation(inbox), rekeys: false,
                     effects: [.invitationWithdrawn(inbox, declined: withdraw.declined)]))
+
+        case .setPreferences(let set)?:
+            if let problem = require(.owner) ?? noKeys { return .failure(problem) }
+            if let problem = GroupPreferences.problem(with: set.preferences, merging: state.preferences) {
+                return .failure(.invalidPreferences(problem))
+            }
+            return .success(
+                Change(mutation: .setPreferences(set.preferences), rekeys: false, effects: [.preferencesChanged]))
 
         case .create?, nil:
             return .failure(.emptyAction)

@@ -234,17 +234,55 @@ struct GroupService: Sendable {
     // MARK: Messages
 
     func sendText(_ text: String, to reference: String) async throws(RallyClientError) -> StoredMessage {
-        let groupID = try log.group(reference).groupID
         let content: WireEncodedContent
         do {
             content = ContentCompression.compressedIfUseful(try TextCodec().encode(text))
         } catch {
             throw .content(error)
         }
+        return try await send(content, to: reference)
+    }
+
+    /// Reacts to a message of the group, if the group's preferences let
+    /// this member (else every member would reject it).
+    func sendReaction(
+        _ emoji: String, to messageID: String, in reference: String
+    ) async throws(RallyClientError)
+        -> StoredMessage
+    {
+        let content: WireEncodedContent
+        do {
+            content = try ReactionCodec().encode(Reaction(messageID: messageID, emoji: emoji))
+        } catch {
+            throw .content(error)
+        }
+        return try await send(content, to: reference)
+    }
+
+    /// Changes preferences (owner): each key given replaces that key.
+    func setPreferences(
+        _ changes: [String: GroupPreference], in reference: String
+    ) async throws(RallyClientError) -> GroupRecord {
+        let groupID = try log.group(reference).groupID
+        try await commit(groupID) { commit, _ in
+            commit.setPreferences.preferences = changes.sorted { $0.key < $1.key }.map(GroupPreferences.wire)
+        }
+        return try log.group(groupID)
+    }
+
+    /// Sends any content. `enforcingPreferences: false` is what a client
+    /// that ignores the group's preferences (older, or hostile) would do:
+    /// tests use it to show every member rejects what it sends.
+    func send(
+        _ content: WireEncodedContent, to reference: String, enforcingPreferences: Bool = true
+    ) async throws(RallyClientError) -> StoredMessage {
+        let groupID = try log.group(reference).groupID
         let messageID = MessageSealing.newMessageID()
         let sentAt = context.clock.now()
         do {
-            _ = try await seal(content, messageID: messageID, sentAt: sentAt, into: groupID)
+            _ = try await seal(
+                content, messageID: messageID, sentAt: sentAt, into: groupID,
+                enforcingPreferences: enforcingPreferences)
         } catch .relay(let error) where error.isTransient {
             // Out of reach: the message waits in the home and is sealed
             // when it is sent, under the group's state at that time.
@@ -279,7 +317,8 @@ struct GroupService: Sendable {
     /// publishes it; the message id is its idempotency key, so sending it
     /// again after a lost acknowledgement stores it once.
     private func seal(
-        _ content: WireEncodedContent, messageID: Data, sentAt: Date, into groupID: String
+        _ content: WireEncodedContent, messageID: Data, sentAt: Date, into groupID: String,
+        enforcingPreferences: Bool = true
     ) async throws(RallyClientError) -> WirePublishAck {
         try await log.sync(groupID)
         var record = try log.activeGroup(groupID)
@@ -290,6 +329,11 @@ struct GroupService: Sendable {
         let identity = context.identity
         guard let role = record.state.role(of: identity.inboxID), role.canSend else {
             throw .group(.mayNotSend(record.state.role(of: identity.inboxID) ?? .observer))
+        }
+        if enforcingPreferences, let key = GroupPreferences.key(forContentType: content.type),
+            !record.state.preferences.allows(key, role: role)
+        {
+            throw .group(.notAllowedByPreference(key, record.state.preferences[key]))
         }
         let epoch = record.state.epoch
         let key = try context.stored { () throws(LocalStoreError) in
@@ -312,7 +356,12 @@ struct GroupService: Sendable {
         } catch {
             throw .recipientKeysInvalid(identity.inboxID, reason: error.description)
         }
-        return try await committer.publishEntry(entry, to: record, key: messageID)
+        // A timed message also carries a relay expiry, so the relay drops
+        // it too (a little after the members, whose clocks start at send).
+        let expiresAt = record.state.preferences.messageTTLSeconds.map {
+            sentAt.addingTimeInterval(TimeInterval($0) + Self.relayExpiryGrace)
+        }
+        return try await committer.publishEntry(entry, to: record, key: messageID, expiresAt: expiresAt)
     }
 
     /// Keeps a message the relay could not take now: stored as outgoing
@@ -340,6 +389,10 @@ struct GroupService: Sendable {
         return message
     }
 
+    /// How much longer the relay keeps a timed message than its members:
+    /// a member whose clock runs a little behind still reads it.
+    static let relayExpiryGrace: TimeInterval = 60
+
     /// What members are shown instead of a message from a member an
     /// admin blocked for all.
     static let blockedText = "🚫 blocked by an admin"
@@ -348,6 +401,7 @@ struct GroupService: Sendable {
     /// them.
     func messages(in reference: String) throws(RallyClientError) -> [StoredMessage] {
         let record = try log.group(reference)
+        try log.deleteExpiredMessages()
         return try context.stored { () throws(LocalStoreError) in
             try context.store.messages(conversation: record.groupID)
         }.map { Self.shown($0, in: record.state) }

@@ -58,6 +58,8 @@ public struct GroupState: Sendable, Equatable {
     /// People an admin invited, until they accept (or the invitation is
     /// withdrawn or declined).
     public private(set) var invited: [InboxID: InvitedMember] = [:]
+    /// The owner's preferences, enforced at each message's position.
+    public private(set) var preferences = GroupPreferences()
     /// The hash chain over every applied commit: each commit names the
     /// transcript it builds on, so members shown different histories find
     /// out (ADR 0008).
@@ -138,6 +140,8 @@ public struct GroupState: Sendable, Equatable {
             invited[invitee.inboxID] = invitee
         case .withdrawInvitation(let inbox):
             invited[inbox] = nil
+        case .setPreferences(let changes):
+            preferences.merge(changes)
         case .setGroupLink(let link):
             groupLink = link
         case .deleteGroupLink:
@@ -248,6 +252,7 @@ public struct GroupState: Sendable, Equatable {
             case .failure(let rejection): throw .invalidMember("group link: \(rejection)")
             }
         }
+        preferences = GroupPreferences(wire: snapshot.preferences)
         for record in snapshot.invited {
             guard let identity = try? PublicIdentity(wire: record.identity), let role = GroupRole(wire: record.role),
                 let invitedBy = try? InboxID(validating: record.invitedBy)
@@ -316,6 +321,7 @@ public struct GroupState: Sendable, Equatable {
         if let groupLink { snapshot.groupLink = groupLink.wire }
         snapshot.pending = pending.values.sorted { $0.inboxID < $1.inboxID }.map(\.wire)
         snapshot.invited = invited.values.sorted { $0.inboxID < $1.inboxID }.map(\.wire)
+        snapshot.preferences = preferences.wire
         snapshot.transcript = transcript
         snapshot.invitesNeedRotation = invitesNeedRotation
         snapshot.retiredInviteIdentities = retiredInviteIdentities.map(\.wireBundle)
@@ -438,6 +444,7 @@ public enum GroupEffect: Sendable, Equatable {
     /// A moderator turned a pending joiner away.
     case pendingRejected(InboxID)
     case invited(InboxID, GroupRole)
+    case preferencesChanged
     /// An invitation was withdrawn, or (`declined`) turned down.
     case invitationWithdrawn(InboxID, declined: Bool)
     /// The epoch moved on; with `freshKey` the key was replaced, otherwise

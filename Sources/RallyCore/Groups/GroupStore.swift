@@ -237,7 +237,8 @@ extension LocalStore {
     func ingestGroupEntry(
         _ record: GroupRecord, seq: UInt64, epochKey: (UInt64, SymmetricKey)?, message: StoredMessage?,
         inviteSeed: SymmetricKey? = nil, ownCommit: (commitID: Data, rejection: String?)? = nil,
-        accessSecretChanged: Bool = false, deletingMessagesOf senders: [InboxID] = []
+        accessSecretChanged: Bool = false, deletingMessagesOf senders: [InboxID] = [],
+        messageExpiresAt: Date? = nil
     ) throws(LocalStoreError) -> Bool {
         try Self.checkSeq(seq)
         if accessSecretChanged { try saveAccessSecret(of: record) }
@@ -259,6 +260,11 @@ extension LocalStore {
             if let (epoch, _) = epochKey { try EpochKeyRecord.note(epoch: epoch, group: record.groupID, db) }
             if inviteSeed != nil { try InviteSeedRecord.note(group: record.groupID, db) }
             let inserted = try message.map { try MessageRecord.insert($0.namedByMemberRecord(in: record.state), db) }
+            if let message, let messageExpiresAt {
+                try db.execute(
+                    sql: "INSERT OR IGNORE INTO message_expiry (id, expires_at_ms) VALUES (?, ?)",
+                    arguments: [message.id, ClientClock.millis(messageExpiresAt)])
+            }
             // A deletion drops every message with the commit that says so
             // (the keys follow in markGroupDeleted).
             if record.status == .deleted {
@@ -282,7 +288,7 @@ extension LocalStore {
     func ingestWelcome(
         _ record: GroupRecord, epochKey: (UInt64, SymmetricKey), groupCursor: UInt64, inboxTopic: TopicName,
         inboxSeq: UInt64, message: StoredMessage, inviteSeed: SymmetricKey? = nil,
-        joinEvent: JoinEventForStore? = nil, now: Date
+        joinEvent: JoinEventForStore? = nil, history: [StoredMessage] = [], now: Date
     ) throws(LocalStoreError) -> Bool {
         try Self.checkSeq(groupCursor)
         try Self.checkSeq(inboxSeq)
@@ -297,15 +303,13 @@ extension LocalStore {
             if inviteSeed != nil { try InviteSeedRecord.note(group: record.groupID, db) }
             try CursorRecord.advance(record.topic, to: groupCursor, db)
             let inserted = try MessageRecord.insert(message, db)
+            for shared in history { _ = try MessageRecord.insert(shared, db) }
             if let joinEvent { try JoinAttemptRecord.apply(joinEvent, at: now, db) }
             try CursorRecord.advance(inboxTopic, to: inboxSeq, db)
             return inserted
         }
     }
 
-    /// Removes a group from this device (its state, keys and messages). The
-    /// invite seed stays, so requests still arriving for it are answered
-    /// `conversation_not_found` instead of never.
     /// The owner deleted the group: its messages and keys go; the record
     /// stays, marked deleted, so the user is told what happened and an
     /// admin's client answers later join requests `conversation_not_found`.
@@ -322,6 +326,24 @@ extension LocalStore {
         for epoch in epochs { try removeSecret(.epochKey(group: groupID, epoch: UInt64(max(0, epoch)))) }
     }
 
+    /// Deletes the timed messages whose time is up (every member's client
+    /// does, each by its own clock). Returns how many went.
+    @discardableResult
+    func deleteExpiredMessages(now: Date) throws(LocalStoreError) -> Int {
+        try write { db in
+            let cutoff = ClientClock.millis(now)
+            try db.execute(
+                sql: "DELETE FROM message WHERE id IN (SELECT id FROM message_expiry WHERE expires_at_ms <= ?)",
+                arguments: [cutoff])
+            let deleted = db.changesCount
+            try db.execute(sql: "DELETE FROM message_expiry WHERE expires_at_ms <= ?", arguments: [cutoff])
+            return deleted
+        }
+    }
+
+    /// Removes a group from this device (its state, keys and messages). The
+    /// invite seed stays, so requests still arriving for it are answered
+    /// `conversation_not_found` instead of never.
     func forgetGroup(_ groupID: String) throws(LocalStoreError) {
         let epochs = try write { db in
             let epochs = try EpochKeyRecord.filter(Column("group_id") == groupID).fetchAll(db).map(\.epoch)

@@ -60,6 +60,16 @@ struct GroupWelcomes: Sendable {
                 previousEpochKey: before, groupID: groupID, epoch: own.snapshot.epoch,
                 transcript: own.snapshot.transcript)
             welcome.topicAccessSecret = record.accessSecret ?? Data()
+            // With history visible to new members, the recent messages come
+            // along (as this member stored them); hidden, the newcomer gets
+            // no key and no copy of anything before its admission.
+            if record.state.preferences[.history].enabled {
+                // Within what is left of the welcome's envelope (a large
+                // group's snapshot and image come first).
+                let room = WireLimits.maxPayloadBytes - FrameCodec.encode(welcome).count - Self.sealingAllowance
+                welcome.history = Self.recentHistory(
+                    try store.messages(conversation: groupID), maxBytes: min(Self.maxHistoryBytes, room))
+            }
             // A new admin gets the invite seed, so it can answer join requests.
             if let seed = try store.inviteSeed(group: groupID),
                 let role = record.state.role(of: newcomer.inboxID), role >= .admin
@@ -77,6 +87,50 @@ struct GroupWelcomes: Sendable {
         }
         _ = try await messages.send(
             welcome, codec: GroupWelcomeCodec(), to: newcomer.inboxID, messageID: nil, keepCopy: true)
+    }
+
+    /// Most messages, and bytes, a welcome shares with a newcomer.
+    static let maxHistoryMessages = 100
+    static let maxHistoryBytes = 64 * 1024
+    /// What sealing and framing add to a welcome, kept free of history.
+    static let sealingAllowance = 16 * 1024
+
+    /// The newest stored messages that fit in `maxBytes`, oldest first.
+    static func recentHistory(_ messages: [StoredMessage], maxBytes: Int) -> [WireSharedHistoryMessage] {
+        var shared: [WireSharedHistoryMessage] = []
+        var bytes = 0
+        for message in messages.reversed() where message.seq != nil {
+            let size = message.encodedContent.count + message.senderName.utf8.count + 128
+            guard shared.count < maxHistoryMessages, bytes + size <= maxBytes else {
+                break
+            }
+            var entry = WireSharedHistoryMessage()
+            entry.messageID = message.id
+            entry.sender = message.sender.rawValue
+            entry.senderName = message.senderName
+            entry.sentAtMs = ClientClock.millis(message.sentAt)
+            entry.content = message.encodedContent
+            bytes += size
+            shared.append(entry)
+        }
+        return shared.reversed()
+    }
+
+    /// The history a welcome shares, as messages of the group (at most the
+    /// limits above; anything malformed is left out).
+    func history(of welcome: WireGroupWelcome, topic: TopicName, now: Date) -> [StoredMessage] {
+        welcome.history.prefix(Self.maxHistoryMessages).compactMap { entry -> StoredMessage? in
+            guard let sender = try? InboxID(validating: entry.sender), entry.messageID.count == 32,
+                entry.content.count <= Self.maxHistoryBytes,
+                let content = try? WireEncodedContent(serializedBytes: entry.content)
+            else { return nil }
+            let decoded = context.codecs.decode(content)
+            return StoredMessage(
+                id: entry.messageID, conversation: welcome.groupID, outgoing: sender == context.identity.inboxID,
+                sender: sender, senderName: entry.senderName, sentAt: Date(milliseconds: entry.sentAtMs),
+                receivedAt: now, topic: topic.rawValue, seq: nil, contentType: decoded.contentType.description,
+                encodedContent: entry.content, displayText: decoded.displayText, isKnownType: decoded.isKnown)
+        }
     }
 
     /// What taking a welcome did.
@@ -135,11 +189,13 @@ struct GroupWelcomes: Sendable {
         {
             inviteSeed = keys.seed
         }
+        let now = context.clock.now()
+        let history = history(of: welcome, topic: record.topic, now: now)
         let isNew = try context.stored { () throws(LocalStoreError) in
             try store.ingestWelcome(
                 record, epochKey: (record.state.epoch, SymmetricKey(data: welcome.epochKey)),
                 groupCursor: welcome.snapshotSeq, inboxTopic: topic, inboxSeq: seq, message: message,
-                inviteSeed: inviteSeed, joinEvent: joinEvent, now: context.clock.now())
+                inviteSeed: inviteSeed, joinEvent: joinEvent, history: history, now: now)
         }
         return Taken(isNew: isNew, leave: leaveAfterwards ? record.groupID : nil)
     }

@@ -147,6 +147,13 @@ final class LocalStore: Sendable {
             try NomineeRecord.addEmergencyAccess(db)
             try VaultInvitationRecord.addEmergencyAccess(db)
         }
+        migrator.registerMigration("v9-timed-messages") { db in
+            // When each timed group message disappears (docs/adr/0017).
+            try db.create(table: "message_expiry") { table in
+                table.primaryKey("id", .text)
+                table.column("expires_at_ms", .integer).notNull().indexed()
+            }
+        }
         return migrator
     }
 

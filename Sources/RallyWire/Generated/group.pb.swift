@@ -479,6 +479,14 @@ public nonisolated struct WireGroupCommit: @unchecked Sendable {
     set {_uniqueStorage()._action = .withdrawInvitation(newValue)}
   }
 
+  public var setPreferences: WireSetPreferences {
+    get {
+      if case .setPreferences(let v)? = _storage._action {return v}
+      return WireSetPreferences()
+    }
+    set {_uniqueStorage()._action = .setPreferences(newValue)}
+  }
+
   /// A fresh epoch key sealed to each member who keeps access. Required when
   /// someone loses access (remove, rekey after a leave); absent otherwise,
   /// and then the next key is derived from the current one.
@@ -531,6 +539,7 @@ public nonisolated struct WireGroupCommit: @unchecked Sendable {
     case rejectPending(WireRejectPending)
     case inviteMember(WireInviteMember)
     case withdrawInvitation(WireWithdrawInvitation)
+    case setPreferences(WireSetPreferences)
 
   }
 
@@ -888,6 +897,43 @@ public nonisolated struct WireWithdrawInvitation: Sendable {
   public init() {}
 }
 
+/// One group preference (the seed's section 11), by key: timed_messages,
+/// reactions, voice, files, direct_messages, full_deletion, history,
+/// reports. Keys a client does not know are kept and ignored.
+public nonisolated struct WireGroupPreference: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var key: String = String()
+
+  public var enabled: Bool = false
+
+  /// Who may use it: at least this role (unspecified: any member).
+  public var minimumRole: WireGroupRole = .unspecified
+
+  /// For timed_messages: how long a message lives, in seconds.
+  public var ttlSeconds: UInt64 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// The owner changes preferences: each key given replaces that key; the
+/// others stay as they are.
+public nonisolated struct WireSetPreferences: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var preferences: [WireGroupPreference] = []
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
 public nonisolated struct WireLeaveGroup: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
@@ -1205,6 +1251,11 @@ public nonisolated struct WireGroupSnapshot: @unchecked Sendable {
     set {_uniqueStorage()._invited = newValue}
   }
 
+  public var preferences: [WireGroupPreference] {
+    get {_storage._preferences}
+    set {_uniqueStorage()._preferences = newValue}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -1351,11 +1402,37 @@ public nonisolated struct WireGroupWelcome: Sendable {
   /// compute (it never had the previous epoch's key).
   public var epochLink: Data = Data()
 
+  /// With the `history` preference on: the group's recent messages, as the
+  /// member who admits the newcomer stored them (its word, inside this
+  /// sealed welcome). Empty when history is hidden from new members.
+  public var history: [WireSharedHistoryMessage] = []
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
 
   fileprivate var _snapshot: WireGroupSnapshot? = nil
+}
+
+public nonisolated struct WireSharedHistoryMessage: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var messageID: String = String()
+
+  public var sender: String = String()
+
+  public var senderName: String = String()
+
+  public var sentAtMs: Int64 = 0
+
+  /// A serialized EncodedContent.
+  public var content: Data = Data()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
 }
 
 /// The body of `rally.dev/invite_join_pending:1.0`: sent from the group's
@@ -1664,7 +1741,7 @@ nonisolated extension WireGroupImage: SwiftProtobuf.Message, SwiftProtobuf._Mess
 
 nonisolated extension WireGroupCommit: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".GroupCommit"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}group_id\0\u{1}epoch\0\u{3}commit_id\0\u{1}author\0\u{3}created_at_ms\0\u{3}parent_transcript\0\u{2}\u{4}create\0\u{3}add_member\0\u{3}remove_member\0\u{3}change_role\0\u{1}leave\0\u{3}update_profile\0\u{1}rekey\0\u{3}set_up_invites\0\u{3}rotate_invite_tag\0\u{1}explode\0\u{3}change_roles\0\u{3}remove_members\0\u{3}block_members\0\u{3}set_welcome\0\u{3}delete_group\0\u{3}set_group_link\0\u{3}delete_group_link\0\u{3}set_admission\0\u{3}add_pending\0\u{3}admit_pending\0\u{3}epoch_keys\0\u{3}epoch_key_commitment\0\u{3}rotate_invites\0\u{3}reject_pending\0\u{3}invite_member\0\u{3}withdraw_invitation\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}group_id\0\u{1}epoch\0\u{3}commit_id\0\u{1}author\0\u{3}created_at_ms\0\u{3}parent_transcript\0\u{2}\u{4}create\0\u{3}add_member\0\u{3}remove_member\0\u{3}change_role\0\u{1}leave\0\u{3}update_profile\0\u{1}rekey\0\u{3}set_up_invites\0\u{3}rotate_invite_tag\0\u{1}explode\0\u{3}change_roles\0\u{3}remove_members\0\u{3}block_members\0\u{3}set_welcome\0\u{3}delete_group\0\u{3}set_group_link\0\u{3}delete_group_link\0\u{3}set_admission\0\u{3}add_pending\0\u{3}admit_pending\0\u{3}epoch_keys\0\u{3}epoch_key_commitment\0\u{3}rotate_invites\0\u{3}reject_pending\0\u{3}invite_member\0\u{3}withdraw_invitation\0\u{3}set_preferences\0")
 
   fileprivate class _StorageClass {
     var _groupID: String = String()
@@ -2023,6 +2100,19 @@ nonisolated extension WireGroupCommit: SwiftProtobuf.Message, SwiftProtobuf._Mes
             _storage._action = .withdrawInvitation(v)
           }
         }()
+        case 36: try {
+          var v: WireSetPreferences?
+          var hadOneofValue = false
+          if let current = _storage._action {
+            hadOneofValue = true
+            if case .setPreferences(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._action = .setPreferences(v)
+          }
+        }()
         default: break
         }
       }
@@ -2157,6 +2247,10 @@ nonisolated extension WireGroupCommit: SwiftProtobuf.Message, SwiftProtobuf._Mes
       case .withdrawInvitation?: try {
         guard case .withdrawInvitation(let v)? = _storage._action else { preconditionFailure() }
         try visitor.visitSingularMessageField(value: v, fieldNumber: 35)
+      }()
+      case .setPreferences?: try {
+        guard case .setPreferences(let v)? = _storage._action else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 36)
       }()
       default: break
       }
@@ -2826,6 +2920,81 @@ nonisolated extension WireWithdrawInvitation: SwiftProtobuf.Message, SwiftProtob
   }
 }
 
+nonisolated extension WireGroupPreference: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".GroupPreference"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}key\0\u{1}enabled\0\u{3}minimum_role\0\u{3}ttl_seconds\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.key) }()
+      case 2: try { try decoder.decodeSingularBoolField(value: &self.enabled) }()
+      case 3: try { try decoder.decodeSingularEnumField(value: &self.minimumRole) }()
+      case 4: try { try decoder.decodeSingularUInt64Field(value: &self.ttlSeconds) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.key.isEmpty {
+      try visitor.visitSingularStringField(value: self.key, fieldNumber: 1)
+    }
+    if self.enabled != false {
+      try visitor.visitSingularBoolField(value: self.enabled, fieldNumber: 2)
+    }
+    if self.minimumRole != .unspecified {
+      try visitor.visitSingularEnumField(value: self.minimumRole, fieldNumber: 3)
+    }
+    if self.ttlSeconds != 0 {
+      try visitor.visitSingularUInt64Field(value: self.ttlSeconds, fieldNumber: 4)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: WireGroupPreference, rhs: WireGroupPreference) -> Bool {
+    if lhs.key != rhs.key {return false}
+    if lhs.enabled != rhs.enabled {return false}
+    if lhs.minimumRole != rhs.minimumRole {return false}
+    if lhs.ttlSeconds != rhs.ttlSeconds {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension WireSetPreferences: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".SetPreferences"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}preferences\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeRepeatedMessageField(value: &self.preferences) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.preferences.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.preferences, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: WireSetPreferences, rhs: WireSetPreferences) -> Bool {
+    if lhs.preferences != rhs.preferences {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
 nonisolated extension WireLeaveGroup: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".LeaveGroup"
   public static let _protobuf_nameMap = SwiftProtobuf._NameMap()
@@ -3122,7 +3291,7 @@ nonisolated extension WireGroupMemberRecord: SwiftProtobuf.Message, SwiftProtobu
 
 nonisolated extension WireGroupSnapshot: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".GroupSnapshot"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}group_id\0\u{1}epoch\0\u{1}profile\0\u{1}members\0\u{3}needs_rekey\0\u{3}last_commit_id\0\u{3}applied_commit_ids\0\u{3}invite_identity\0\u{3}invite_tag\0\u{3}invite_uses\0\u{3}admitted_join_requests\0\u{1}banned\0\u{1}exploded\0\u{3}retired_invite_tags\0\u{1}transcript\0\u{3}invites_need_rotation\0\u{3}retired_invite_identities\0\u{1}blocked\0\u{3}welcome_message\0\u{1}deleted\0\u{3}group_link\0\u{1}admission\0\u{1}pending\0\u{3}retired_link_tags\0\u{1}invited\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}group_id\0\u{1}epoch\0\u{1}profile\0\u{1}members\0\u{3}needs_rekey\0\u{3}last_commit_id\0\u{3}applied_commit_ids\0\u{3}invite_identity\0\u{3}invite_tag\0\u{3}invite_uses\0\u{3}admitted_join_requests\0\u{1}banned\0\u{1}exploded\0\u{3}retired_invite_tags\0\u{1}transcript\0\u{3}invites_need_rotation\0\u{3}retired_invite_identities\0\u{1}blocked\0\u{3}welcome_message\0\u{1}deleted\0\u{3}group_link\0\u{1}admission\0\u{1}pending\0\u{3}retired_link_tags\0\u{1}invited\0\u{1}preferences\0")
 
   fileprivate class _StorageClass {
     var _groupID: String = String()
@@ -3150,6 +3319,7 @@ nonisolated extension WireGroupSnapshot: SwiftProtobuf.Message, SwiftProtobuf._M
     var _pending: [WirePendingMemberRecord] = []
     var _retiredLinkTags: [Data] = []
     var _invited: [WireInvitedMemberRecord] = []
+    var _preferences: [WireGroupPreference] = []
 
       // This property is used as the initial default value for new instances of the type.
       // The type itself is protecting the reference to its storage via CoW semantics.
@@ -3185,6 +3355,7 @@ nonisolated extension WireGroupSnapshot: SwiftProtobuf.Message, SwiftProtobuf._M
       _pending = source._pending
       _retiredLinkTags = source._retiredLinkTags
       _invited = source._invited
+      _preferences = source._preferences
     }
   }
 
@@ -3228,6 +3399,7 @@ nonisolated extension WireGroupSnapshot: SwiftProtobuf.Message, SwiftProtobuf._M
         case 23: try { try decoder.decodeRepeatedMessageField(value: &_storage._pending) }()
         case 24: try { try decoder.decodeRepeatedBytesField(value: &_storage._retiredLinkTags) }()
         case 25: try { try decoder.decodeRepeatedMessageField(value: &_storage._invited) }()
+        case 26: try { try decoder.decodeRepeatedMessageField(value: &_storage._preferences) }()
         default: break
         }
       }
@@ -3315,6 +3487,9 @@ nonisolated extension WireGroupSnapshot: SwiftProtobuf.Message, SwiftProtobuf._M
       if !_storage._invited.isEmpty {
         try visitor.visitRepeatedMessageField(value: _storage._invited, fieldNumber: 25)
       }
+      if !_storage._preferences.isEmpty {
+        try visitor.visitRepeatedMessageField(value: _storage._preferences, fieldNumber: 26)
+      }
     }
     try unknownFields.traverse(visitor: &visitor)
   }
@@ -3349,6 +3524,7 @@ nonisolated extension WireGroupSnapshot: SwiftProtobuf.Message, SwiftProtobuf._M
         if _storage._pending != rhs_storage._pending {return false}
         if _storage._retiredLinkTags != rhs_storage._retiredLinkTags {return false}
         if _storage._invited != rhs_storage._invited {return false}
+        if _storage._preferences != rhs_storage._preferences {return false}
         return true
       }
       if !storagesAreEqual {return false}
@@ -3533,7 +3709,7 @@ nonisolated extension WireInviteUse: SwiftProtobuf.Message, SwiftProtobuf._Messa
 
 nonisolated extension WireGroupWelcome: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".GroupWelcome"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}group_id\0\u{3}topic_id\0\u{3}snapshot_seq\0\u{1}snapshot\0\u{3}epoch_key\0\u{3}invite_tag\0\u{3}invite_proof\0\u{3}invite_seed\0\u{3}admission_commit_key\0\u{3}topic_access_secret\0\u{3}join_request_id\0\u{3}epoch_link\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}group_id\0\u{3}topic_id\0\u{3}snapshot_seq\0\u{1}snapshot\0\u{3}epoch_key\0\u{3}invite_tag\0\u{3}invite_proof\0\u{3}invite_seed\0\u{3}admission_commit_key\0\u{3}topic_access_secret\0\u{3}join_request_id\0\u{3}epoch_link\0\u{1}history\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -3553,6 +3729,7 @@ nonisolated extension WireGroupWelcome: SwiftProtobuf.Message, SwiftProtobuf._Me
       case 10: try { try decoder.decodeSingularBytesField(value: &self.topicAccessSecret) }()
       case 11: try { try decoder.decodeSingularBytesField(value: &self.joinRequestID) }()
       case 12: try { try decoder.decodeSingularBytesField(value: &self.epochLink) }()
+      case 13: try { try decoder.decodeRepeatedMessageField(value: &self.history) }()
       default: break
       }
     }
@@ -3599,6 +3776,9 @@ nonisolated extension WireGroupWelcome: SwiftProtobuf.Message, SwiftProtobuf._Me
     if !self.epochLink.isEmpty {
       try visitor.visitSingularBytesField(value: self.epochLink, fieldNumber: 12)
     }
+    if !self.history.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.history, fieldNumber: 13)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -3615,6 +3795,57 @@ nonisolated extension WireGroupWelcome: SwiftProtobuf.Message, SwiftProtobuf._Me
     if lhs.topicAccessSecret != rhs.topicAccessSecret {return false}
     if lhs.joinRequestID != rhs.joinRequestID {return false}
     if lhs.epochLink != rhs.epochLink {return false}
+    if lhs.history != rhs.history {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension WireSharedHistoryMessage: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".SharedHistoryMessage"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}message_id\0\u{1}sender\0\u{3}sender_name\0\u{3}sent_at_ms\0\u{1}content\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.messageID) }()
+      case 2: try { try decoder.decodeSingularStringField(value: &self.sender) }()
+      case 3: try { try decoder.decodeSingularStringField(value: &self.senderName) }()
+      case 4: try { try decoder.decodeSingularInt64Field(value: &self.sentAtMs) }()
+      case 5: try { try decoder.decodeSingularBytesField(value: &self.content) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.messageID.isEmpty {
+      try visitor.visitSingularStringField(value: self.messageID, fieldNumber: 1)
+    }
+    if !self.sender.isEmpty {
+      try visitor.visitSingularStringField(value: self.sender, fieldNumber: 2)
+    }
+    if !self.senderName.isEmpty {
+      try visitor.visitSingularStringField(value: self.senderName, fieldNumber: 3)
+    }
+    if self.sentAtMs != 0 {
+      try visitor.visitSingularInt64Field(value: self.sentAtMs, fieldNumber: 4)
+    }
+    if !self.content.isEmpty {
+      try visitor.visitSingularBytesField(value: self.content, fieldNumber: 5)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: WireSharedHistoryMessage, rhs: WireSharedHistoryMessage) -> Bool {
+    if lhs.messageID != rhs.messageID {return false}
+    if lhs.sender != rhs.sender {return false}
+    if lhs.senderName != rhs.senderName {return false}
+    if lhs.sentAtMs != rhs.sentAtMs {return false}
+    if lhs.content != rhs.content {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
