@@ -9,14 +9,15 @@ public import RallyCrypto
 /// leave), with the last refusal in words.
 @MainActor
 @Observable
-public final class GroupInfoViewModel {
+public final class GroupInfoViewModel: RefreshingViewModel {
     /// One row of the member list.
     public struct Member: Sendable, Equatable, Identifiable {
         public let inboxID: InboxID
         public let name: String
         public let role: GroupRole
-        /// "active" or "blocked" (blocked by an admin, for all).
-        public let status: String
+        /// connected, blocked (by an admin, for all), pending approval or
+        /// invited.
+        public let status: GroupMemberStatus
         public let isMe: Bool
         public var id: String { inboxID.rawValue }
     }
@@ -29,8 +30,8 @@ public final class GroupInfoViewModel {
     public private(set) var canLeave = false
     /// This device's standing in the group: active, left, removed, …
     public private(set) var status: GroupRecord.Status?
-    public private(set) var isWorking = false
-    public private(set) var errorMessage: String?
+    public internal(set) var isWorking = false
+    public internal(set) var errorMessage: String?
 
     private let client: RallyClient
 
@@ -81,15 +82,19 @@ public final class GroupInfoViewModel {
         await run { () async throws(RallyClientError) in try await self.client.leaveGroup(self.groupID) }
     }
 
-    private func run(_ operation: @escaping () async throws(RallyClientError) -> Void) async {
-        isWorking = true
-        defer { isWorking = false }
-        do {
-            try await operation()
-            errorMessage = nil
-        } catch {
-            errorMessage = error.description
+    /// Invites people; they show as invited until they accept.
+    public func invite(_ inboxes: [InboxID], role: GroupRole = .member) async {
+        await run { () async throws(RallyClientError) in
+            _ = try await self.client.groupInvitations.invite(inboxes, role: role, to: self.groupID)
         }
+    }
+
+    /// Deletes the group for every member (owner).
+    public func delete() async {
+        await run { () async throws(RallyClientError) in try await self.client.deleteGroup(self.groupID) }
+    }
+
+    func reload() async {
         if let record = try? await client.group(groupID) { show(record) }
     }
 
@@ -101,10 +106,10 @@ public final class GroupInfoViewModel {
         status = record.status
         permissions = GroupPermissions(of: me, in: state)
         canLeave = record.status == .active && GroupPermissions.canLeave(me, in: state)
-        members = state.sortedMembers.map {
+        members = state.roster.map {
             Member(
-                inboxID: $0.inboxID, name: $0.identity.displayName, role: $0.role,
-                status: state.blocked.contains($0.inboxID) ? "blocked" : "active", isMe: $0.inboxID == me)
+                inboxID: $0.inboxID, name: $0.identity.displayName, role: $0.role, status: $0.status,
+                isMe: $0.inboxID == me)
         }
     }
 }

@@ -41,7 +41,7 @@ struct GroupInfoViewModelTests {
         #expect(annView.permissions.canBlock(.moderator) && !annView.permissions.canBlock(.owner))
         let bobRow = try #require(annView.members.first { $0.inboxID == bob.inboxID })
         await annView.block([bobRow])
-        #expect(annView.members.first { $0.inboxID == bob.inboxID }?.status == "blocked")
+        #expect(annView.members.first { $0.inboxID == bob.inboxID }?.status == .blocked)
 
         await owner.setWelcomeMessage("Boots on.")
         await owner.updateProfile(fullName: "The Sunday Hikers")
