@@ -231,15 +231,16 @@ struct DemoCommand: AsyncParsableCommand {
     }
 
     /// The group lifecycle: a welcome message, roles in batch, block for
-    /// all, leave.
+    /// all, approval with a support message, leave, delete.
     private func lifecycleWalkThrough(relayURL: URL, root: URL, logger: Logger) async throws {
         func user(_ name: String) async throws -> RallyClient {
             try await RallyClient.create(
                 home: root.appendingPathComponent("hikers-" + name.lowercased()), relayURL: relayURL, displayName: name,
                 logger: logger)
         }
-        let (olive, ann, bob, cy) = (
-            try await user("Olive"), try await user("Ann"), try await user("Bob"), try await user("Cy")
+        let (olive, ann, bob, cy, dan) = (
+            try await user("Olive"), try await user("Ann"), try await user("Bob"), try await user("Cy"),
+            try await user("Dan")
         )
         let group = try await olive.createGroup(
             name: "Hikers", description: "Sunday walks", fullName: "The Sunday Hikers")
@@ -261,6 +262,23 @@ struct DemoCommand: AsyncParsableCommand {
         for message in try await bob.groupMessages(in: group.groupID) {
             say("bob        ← Hikers/\(message.senderName): \(message.displayText)")
         }
+        try await olive.groupAdmission.setAdmission(.approval, in: group.groupID)
+        let invite = try await olive.createInvite(in: group.groupID)
+        let join = try await dan.startJoin(invite.appLink)
+        _ = try await olive.processJoinRequests()
+        _ = try await dan.syncInbox()
+        say("dan        asks to join: \(try await dan.joinAttempt(join.requestID).userMessage)")
+        _ = try await dan.groupAdmission.sendSupport(
+            "First time hiking, is that fine?", in: group.groupID, member: dan.inboxID)
+        _ = try await ann.syncInbox()
+        for line in try ann.groupAdmission.support(in: group.groupID, member: dan.inboxID) {
+            say("ann        ← support/\(line.senderName): \(line.text)")
+        }
+        _ = try await ann.groupAdmission.sendSupport(
+            "Welcome! Easy pace on Sundays.", in: group.groupID, member: dan.inboxID)
+        _ = try await ann.groupAdmission.admit(dan.inboxID, role: .member, in: group.groupID)
+        _ = try await dan.syncInbox()
+        say("ann        admitted dan; dan: \(try await dan.joinAttempt(join.requestID).userMessage)")
         do {
             try await olive.leaveGroup(group.groupID)
         } catch {
@@ -269,7 +287,12 @@ struct DemoCommand: AsyncParsableCommand {
         _ = try await bob.syncGroup(group.groupID)
         try await bob.leaveGroup(group.groupID)
         say("bob        left: his history stays on his device; the others move to a key he never gets")
-        for client in [olive, ann, bob, cy] { await client.disconnect() }
+        try await olive.deleteGroup(group.groupID)
+        _ = try await ann.syncGroup(group.groupID)
+        say(
+            "olive      deleted \"Hikers\"; ann's device now shows it as \(try await ann.group(group.groupID).status.rawValue)"
+        )
+        for client in [olive, ann, bob, cy, dan] { await client.disconnect() }
     }
 
     private func say(_ line: String) {

@@ -154,6 +154,10 @@ struct CLITests {
             #expect(result.stdout.contains("join failed [\(type)]"), "no \(type) in the demo")
         }
         #expect(result.stdout.contains("ann        joined and sees the welcome message: \"Boots on, phones off.\""))
+        #expect(result.stdout.contains("dan        asks to join: Waiting for approval"))
+        #expect(result.stdout.contains("ann        ← support/Dan: First time hiking, is that fine?"))
+        #expect(result.stdout.contains("ann        admitted dan; dan: Joined"))
+        #expect(result.stdout.contains("olive      deleted \"Hikers\"; ann's device now shows it as deleted"))
         #expect(result.stdout.contains("bob        ← Hikers/Cy: 🚫 blocked by an admin"))
         #expect(
             result.stdout.contains(

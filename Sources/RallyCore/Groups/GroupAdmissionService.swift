@@ -51,6 +51,8 @@ public struct GroupAdmissionService: Sendable {
         _ inbox: InboxID, role: GroupRole?, in reference: String
     ) async throws(RallyClientError) -> GroupRecord {
         let groupID = try log.group(reference).groupID
+        // The queue as the log has it now: the decision is checked on it.
+        try await log.sync(groupID)
         let committer = self.committer
         var waiting: PendingMember?
         let committed = try await committer.commit(groupID) { state throws(RallyClientError) in
@@ -73,6 +75,8 @@ public struct GroupAdmissionService: Sendable {
     /// with a `request_rejected` join error that answers their request.
     public func reject(_ inbox: InboxID, in reference: String) async throws(RallyClientError) -> GroupRecord {
         let groupID = try log.group(reference).groupID
+        // The queue as the log has it now: the decision is checked on it.
+        try await log.sync(groupID)
         let committer = self.committer
         var waiting: PendingMember?
         let committed = try await committer.commit(groupID) { state throws(RallyClientError) in
@@ -133,6 +137,7 @@ public struct GroupAdmissionService: Sendable {
         let me = context.identity.inboxID
         let groupID: String
         var recipients: [InboxID]
+        if let record = try? log.group(reference), record.status == .active { try await log.sync(record.groupID) }
         switch try side(reference, member: member) {
         case .moderator(let id, let state):
             guard state.pending[member] != nil else { throw .group(.commitRejected(.notPending(member))) }
