@@ -52,7 +52,54 @@ struct GroupBench: AsyncParsableCommand {
             String(
                 format: "  an offline member catching up through %d lifecycle commits: %.1f ms (%.3f ms per commit)",
                 catchUpCommits, lifecycle.catchUp, lifecycle.catchUp / Double(catchUpCommits)))
+        let overRelay = try await relayCatchUp(commits: catchUpCommits, relayURL: relay.url)
+        Output.write(
+            String(
+                format:
+                    "  the same through the relay with real clients (fetch, open, verify, apply, persist each): %.1f ms (%.3f ms per commit)",
+                overRelay, overRelay / Double(catchUpCommits)))
         Output.write("relay peak memory (VmHWM): \(relay.peakMemoryKiB().map { "\($0 / 1024) MiB" } ?? "unknown")")
+    }
+
+    /// An owner makes `commits` lifecycle commits (welcome message, a role,
+    /// a preference, in turn) while a member's client is away; then times
+    /// the member's one sync that catches up through all of them, with
+    /// real homes and the relay. The two must agree on the state.
+    private func relayCatchUp(commits: Int, relayURL: URL) async throws -> Double {
+        var logger = Logger(label: "rally.bench")
+        logger.logLevel = .error
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("rally-bench-catch-up-\(UUID())")
+        defer { try? FileManager.default.removeItem(at: root) }
+        func client(_ name: String) async throws -> RallyClient {
+            try await RallyClient.create(
+                home: root.appendingPathComponent(name), relayURL: relayURL, displayName: name, logger: logger)
+        }
+        let owner = try await client("owner")
+        let member = try await client("member")
+        let groupID = try await owner.createGroup(name: "bench").groupID
+        _ = try await owner.addMember(member.inboxID, to: groupID)
+        _ = try await member.syncInbox()
+        for index in 0..<commits {
+            switch index % 3 {
+            case 0: try await owner.setWelcomeMessage("welcome \(index)", in: groupID)
+            case 1:
+                _ = try await owner.changeRoles(
+                    of: [member.inboxID], to: index % 2 == 0 ? .moderator : .member, in: groupID)
+            default:
+                _ = try await owner.setGroupPreferences(
+                    [.reactions: GroupPreference(enabled: index % 2 == 0)], in: groupID)
+            }
+        }
+        let clock = ContinuousClock()
+        let start = clock.now
+        try await member.syncGroup(groupID)
+        let elapsed = Self.milliseconds(clock.now - start)
+        guard try await member.group(groupID).state == owner.group(groupID).state else {
+            throw ValidationError("the member did not converge")
+        }
+        await owner.disconnect()
+        await member.disconnect()
+        return elapsed
     }
 
     @Option(help: "Members of the group the lifecycle figures use.") var lifecycleMembers = 1000
