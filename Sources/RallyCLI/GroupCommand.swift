@@ -11,6 +11,7 @@ struct GroupCommand: AsyncParsableCommand {
             Profile.self, Role.self, Block.self, Unblock.self, Welcome.self, Leave.self, Delete.self, Admission.self,
             Pending.self, Admit.self, Reject.self, Support.self,
             Link.self, Invitations.self, Accept.self, Decline.self, Prefs.self, React.self,
+            DeleteMessage.self, DM.self,
         ])
 
     struct GroupJSON: Encodable {

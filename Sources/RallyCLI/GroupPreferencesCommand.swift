@@ -105,4 +105,41 @@ extension GroupCommand {
             options.output.emit(MessageJSON(sent)) { "reacted \(emoji.terminalSafe)" }
         }
     }
+
+    struct DeleteMessage: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "delete-message",
+            abstract: "Delete a group message: yours, or (moderator and above) anyone's.",
+            discussion:
+                "With the group's full_deletion preference on, every member's device removes it; off, each shows it as deleted."
+        )
+        @OptionGroup var options: ClientOptions
+        @Argument(help: "Group id (or a unique prefix, or the name).") var group: String
+        @Argument(help: "The message id (as `rally group read --json` shows).") var messageID: String
+
+        func run() async throws {
+            let client = try GroupCommand.open(options)
+            try await client.deleteGroupMessage(messageID, in: group)
+            await client.disconnect()
+            options.output.emit(["deleted": messageID]) { "deleted message \(messageID.prefix(8))…" }
+        }
+    }
+
+    struct DM: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "dm",
+            abstract: "Send a direct message to another member of the group (if its preferences allow it).")
+        @OptionGroup var options: ClientOptions
+        @Argument(help: "Group id (or a unique prefix, or the name).") var group: String
+        @Argument(help: "The member's inbox id.") var inboxID: String
+        @Argument(help: "The message.") var text: String
+
+        func run() async throws {
+            let member = try GroupCommand.inbox(inboxID)
+            let client = try GroupCommand.open(options)
+            let sent = try await client.sendDirectToMember(text, to: member, in: group)
+            await client.disconnect()
+            options.output.emit(MessageJSON(sent)) { "sent to \(member)" }
+        }
+    }
 }

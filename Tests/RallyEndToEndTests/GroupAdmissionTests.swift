@@ -99,7 +99,7 @@ struct GroupAdmissionTests {
     @Test("a moderator turns a joiner away: the joiner is told, and two moderators deciding at once give one outcome")
     func rejectionAndRace() async throws {
         let c = try await Club.start(admission: .approval)
-        try await c.owner.changeRoles(of: [c.member.inboxID], to: .moderator, in: c.groupID)
+        _ = try await c.owner.changeRoles(of: [c.member.inboxID], to: .moderator, in: c.groupID)
         try await catchUp(c.member, c.groupID)
         let invite = try await c.owner.createInvite(in: c.groupID)
         let eve = try await c.world.user("eve")

@@ -150,4 +150,76 @@ struct GroupPreferencesTests {
         #expect(try await eve.groupMessages(in: t.groupID).map(\.displayText) == ["welcome eve"])
         await t.stop([dan, eve])
     }
+
+    @Test(
+        "deleting a message: removed on every member's client with full deletion on, shown as deleted with it off; only its author or a moderator"
+    )
+    func messageDeletion() async throws {
+        let t = try await Trio.start()
+        let first = try await t.member.sendGroupText("oops, wrong group", to: t.groupID)
+        let second = try await t.member.sendGroupText("also wrong", to: t.groupID)
+        let owners = try await t.owner.sendGroupText("the owner's", to: t.groupID)
+        for client in t.all { try await catchUp(client, t.groupID) }
+        // Off by default: shown as deleted everywhere.
+        try await t.member.deleteGroupMessage(first.id, in: t.groupID)
+        // A member cannot delete someone else's.
+        try await t.member.deleteGroupMessage(owners.id, in: t.groupID)
+        for client in t.all {
+            try await catchUp(client, t.groupID)
+            #expect(
+                try await client.groupMessages(in: t.groupID).map(\.displayText) == [
+                    GroupService.deletedText, "also wrong", "the owner's",
+                ])
+        }
+        // On: a moderator removes another member's message for everyone.
+        _ = try await t.owner.setGroupPreferences([.fullDeletion: GroupPreference(enabled: true)], in: t.groupID)
+        try await catchUp(t.moderator, t.groupID)
+        try await t.moderator.deleteGroupMessage(second.id, in: t.groupID)
+        for client in t.all {
+            try await catchUp(client, t.groupID)
+            #expect(
+                try await client.groupMessages(in: t.groupID).map(\.displayText) == [
+                    GroupService.deletedText, "the owner's",
+                ])
+        }
+        await t.stop()
+    }
+
+    @Test(
+        "direct messages between members: allowed by default; off, the sender's client refuses and a recipient drops one"
+    )
+    func directMessagesBetweenMembers() async throws {
+        let t = try await Trio.start()
+        _ = try await t.member.sendDirectToMember("see you there?", to: t.moderator.inboxID, in: t.groupID)
+        _ = try await t.moderator.syncInbox()
+        #expect(
+            try t.moderator.store.messages(conversation: t.member.inboxID.rawValue).map(\.displayText) == [
+                "see you there?"
+            ])
+        _ = try await t.owner.setGroupPreferences(
+            [.directMessages: GroupPreference(enabled: true, minimumRole: .moderator)], in: t.groupID)
+        await #expect {
+            try await t.member.sendDirectToMember("psst", to: t.moderator.inboxID, in: t.groupID)
+        } throws: { error in
+            guard case RallyClientError.group(.notAllowedByPreference(.directMessages, _)) = error else { return false }
+            return true
+        }
+        // A client that ignores the preference sends anyway: dropped.
+        try await catchUp(t.moderator, t.groupID)
+        _ = try await t.member.directMessages.send(
+            GroupDirectMessage(groupID: t.groupID, text: "psst anyway"), codec: GroupDirectCodec(),
+            to: t.moderator.inboxID, messageID: nil, keepCopy: false)
+        _ = try await t.moderator.syncInbox()
+        #expect(
+            try t.moderator.store.messages(conversation: t.member.inboxID.rawValue).map(\.displayText) == [
+                "see you there?"
+            ])
+        // The moderator may still write to the member.
+        _ = try await t.moderator.sendDirectToMember("all good", to: t.member.inboxID, in: t.groupID)
+        _ = try await t.member.syncInbox()
+        #expect(
+            try t.member.store.messages(conversation: t.moderator.inboxID.rawValue).map(\.displayText).contains(
+                "all good"))
+        await t.stop()
+    }
 }

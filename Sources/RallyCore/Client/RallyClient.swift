@@ -455,6 +455,22 @@ public actor RallyClient {
         try await groupService.sendReaction(emoji, to: messageID, in: reference)
     }
 
+    /// Deletes a group message: your own, or (moderator and above) anyone's.
+    /// With full deletion on, every member's client removes it; otherwise
+    /// each shows it as deleted.
+    public func deleteGroupMessage(_ messageID: String, in reference: String) async throws(RallyClientError) {
+        try await groupService.deleteMessage(messageID, in: reference)
+    }
+
+    /// A direct message to another member of a group, if the group's
+    /// `direct_messages` preference lets you (the recipient's client checks
+    /// it too).
+    public func sendDirectToMember(
+        _ text: String, to member: InboxID, in reference: String
+    ) async throws(RallyClientError) -> StoredMessage {
+        try await groupService.sendDirect(text, to: member, in: reference, messages: directMessages)
+    }
+
     /// Changes the group's preferences (owner); keys not given stay as
     /// they are. See ``GroupPreferences/Key``.
     public func setGroupPreferences(

@@ -35,6 +35,8 @@ public struct CodecRegistry: Sendable {
         registry.register(GroupSupportCodec())
         registry.register(GroupInvitationCodec())
         registry.register(ReactionCodec())
+        registry.register(MessageDeletionCodec())
+        registry.register(GroupDirectCodec())
         return registry
     }()
 

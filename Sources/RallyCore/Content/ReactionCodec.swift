@@ -1,4 +1,4 @@
-public import Foundation
+import Foundation
 public import RallyWire
 
 /// A reaction to a message: which message, and the emoji.
@@ -23,31 +23,11 @@ public struct ReactionCodec: ContentCodec {
     public init() {}
 
     public func encode(_ value: Reaction) throws(ContentError) -> WireEncodedContent {
-        var content = WireEncodedContent()
-        content.type = contentType.wire
-        do {
-            let encoder = JSONEncoder()
-            encoder.outputFormatting = .sortedKeys
-            content.content = try encoder.encode(value)
-        } catch {
-            throw .malformed(contentType: contentType.description, reason: "\(error)")
-        }
-        guard content.content.count <= Self.maxBodyBytes else {
-            throw .tooLarge(size: content.content.count, limit: Self.maxBodyBytes)
-        }
-        content.fallback = fallback(for: value) ?? ""
-        return content
+        try JSONContent.encode(value, type: contentType, limit: Self.maxBodyBytes, fallback: "reacted \(value.emoji)")
     }
 
     public func decode(_ content: WireEncodedContent) throws(ContentError) -> Reaction {
-        guard content.content.count <= Self.maxBodyBytes else {
-            throw .tooLarge(size: content.content.count, limit: Self.maxBodyBytes)
-        }
-        do {
-            return try JSONDecoder().decode(Reaction.self, from: content.content)
-        } catch {
-            throw .malformed(contentType: contentType.description, reason: "not the expected JSON")
-        }
+        try JSONContent.decode(Reaction.self, from: content, type: contentType, limit: Self.maxBodyBytes)
     }
 
     public func fallback(for value: Reaction) -> String? { "reacted \(value.emoji)" }

@@ -73,6 +73,15 @@ struct InboxService: Sendable {
                     join: joins.match(welcome, from: message.sender))
                 isNew = taken.isNew
                 if let groupID = taken.leave { await leaves.add(groupID) }
+            } else if !message.outgoing,
+                !GroupService.acceptsDirect(message, codecs: context.codecs, store: store)
+            {
+                // A member's direct message the group's preference does not
+                // allow (or from someone who is not a member): dropped.
+                context.logger.warning("dropped a group direct message from \(message.sender): not allowed here")
+                isNew = try context.stored { () throws(LocalStoreError) in
+                    try store.ingest(topic: topic, seq: envelope.seq, message: nil, now: now)
+                }
             } else {
                 let answer = joins.answer(in: message)
                 isNew = try context.stored { () throws(LocalStoreError) in

@@ -138,7 +138,8 @@ struct GroupLog: Sendable {
         }
         switch result.event {
         case .message(let received):
-            message = received
+            // A deletion is carried out, not kept.
+            message = result.deletion == nil ? received : nil
         case .rejected(let seq, let reason):
             logger.warning("group \(groupID): dropped entry #\(seq): \(reason)")
         case .diverged(let seq, let reason):
@@ -157,7 +158,8 @@ struct GroupLog: Sendable {
                 result.record, seq: envelope.seq, epochKey: result.newKey, message: message,
                 inviteSeed: result.inviteSeed, ownCommit: ownCommit,
                 accessSecretChanged: result.record.accessSecret != record.accessSecret,
-                deletingMessagesOf: deletingMessagesOf, messageExpiresAt: result.messageExpiresAt)
+                deletingMessagesOf: deletingMessagesOf, messageExpiresAt: result.messageExpiresAt,
+                deletion: result.deletion)
             if result.record.status == .deleted, record.status != .deleted { try store.markGroupDeleted(groupID) }
         }
         return result.event

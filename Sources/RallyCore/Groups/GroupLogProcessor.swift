@@ -66,6 +66,18 @@ struct GroupLogProcessor {
         var event: GroupLogEvent
         /// When a timed message disappears (every client deletes it then).
         var messageExpiresAt: Date? = nil
+        /// A message deleting an earlier one, judged at its position.
+        var deletion: MessageDeletionOrder? = nil
+    }
+
+    /// What a deletion message asks the store to do: remove (full deletion
+    /// on) or mark an earlier message of the group, if `sender` wrote it or
+    /// `moderates`.
+    struct MessageDeletionOrder: Equatable {
+        let messageID: String
+        let sender: InboxID
+        let moderates: Bool
+        let full: Bool
     }
 
     func process(
@@ -265,6 +277,17 @@ struct GroupLogProcessor {
             return reject(.notAllowedByPreference(key, member.inboxID))
         }
         let sentAt = Date(milliseconds: verified.body.sentAtMs)
+        var deletion: MessageDeletionOrder?
+        if content.type.authorityID == MessageDeletionCodec.contentType.authority,
+            content.type.typeID == MessageDeletionCodec.contentType.type
+        {
+            guard let asked = try? MessageDeletionCodec().decode(content) else {
+                return reject(.malformed("message deletion"))
+            }
+            deletion = MessageDeletionOrder(
+                messageID: asked.messageID, sender: member.inboxID, moderates: member.role >= .moderator,
+                full: preferences.allows(.fullDeletion, role: member.role))
+        }
         let decoded = codecs.decode(content)
         let message = StoredMessage(
             id: verified.messageID.hexString, conversation: record.groupID,
@@ -279,6 +302,6 @@ struct GroupLogProcessor {
         let expiresAt = preferences.messageTTLSeconds.map {
             min(sentAt, receivedAt).addingTimeInterval(TimeInterval($0))
         }
-        return Result(record: record, event: .message(message), messageExpiresAt: expiresAt)
+        return Result(record: record, event: .message(message), messageExpiresAt: expiresAt, deletion: deletion)
     }
 }

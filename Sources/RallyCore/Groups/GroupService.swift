@@ -389,6 +389,54 @@ struct GroupService: Sendable {
         return message
     }
 
+    /// What members are shown of a message its author (or a moderator)
+    /// deleted while full deletion is off.
+    static let deletedText = "🗑 message deleted"
+
+    /// Deletes one of the group's messages: yours, or (moderator and
+    /// above) anyone's. Every member's client removes it when the group
+    /// allows full deletion, and otherwise shows it as deleted.
+    func deleteMessage(_ messageID: String, in reference: String) async throws(RallyClientError) {
+        let content: WireEncodedContent
+        do {
+            content = try MessageDeletionCodec().encode(MessageDeletion(messageID: messageID))
+        } catch {
+            throw .content(error)
+        }
+        _ = try await send(content, to: reference)
+    }
+
+    /// A direct message to another member, held by both sides to the
+    /// group's `direct_messages` preference.
+    func sendDirect(
+        _ text: String, to member: InboxID, in reference: String, messages: DirectMessageService
+    ) async throws(RallyClientError) -> StoredMessage {
+        let groupID = try log.group(reference).groupID
+        try await log.sync(groupID)
+        let record = try log.activeGroup(groupID)
+        let me = context.identity.inboxID
+        guard record.state.members[member] != nil else { throw .group(.commitRejected(.notAMemberTarget(member))) }
+        let role = record.state.role(of: me) ?? .observer
+        guard record.state.preferences.allows(.directMessages, role: role) else {
+            throw .group(.notAllowedByPreference(.directMessages, record.state.preferences[.directMessages]))
+        }
+        return try await messages.send(
+            GroupDirectMessage(groupID: groupID, text: text), codec: GroupDirectCodec(), to: member, messageID: nil,
+            keepCopy: true)
+    }
+
+    /// Whether a received direct message between members stands: the group
+    /// is here, its sender a member, and its preference lets them.
+    static func acceptsDirect(_ message: StoredMessage, codecs: CodecRegistry, store: LocalStore) -> Bool {
+        guard message.contentType == GroupDirectCodec.contentType.description else { return true }
+        guard let content = try? WireEncodedContent(serializedBytes: message.encodedContent),
+            let direct = codecs.decode(content).value as? GroupDirectMessage,
+            let record = try? store.group(direct.groupID), record.status == .active,
+            let role = record.state.role(of: message.sender)
+        else { return false }
+        return record.state.preferences.allows(.directMessages, role: role)
+    }
+
     /// How much longer the relay keeps a timed message than its members:
     /// a member whose clock runs a little behind still reads it.
     static let relayExpiryGrace: TimeInterval = 60

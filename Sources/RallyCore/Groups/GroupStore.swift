@@ -238,7 +238,7 @@ extension LocalStore {
         _ record: GroupRecord, seq: UInt64, epochKey: (UInt64, SymmetricKey)?, message: StoredMessage?,
         inviteSeed: SymmetricKey? = nil, ownCommit: (commitID: Data, rejection: String?)? = nil,
         accessSecretChanged: Bool = false, deletingMessagesOf senders: [InboxID] = [],
-        messageExpiresAt: Date? = nil
+        messageExpiresAt: Date? = nil, deletion: GroupLogProcessor.MessageDeletionOrder? = nil
     ) throws(LocalStoreError) -> Bool {
         try Self.checkSeq(seq)
         if accessSecretChanged { try saveAccessSecret(of: record) }
@@ -264,6 +264,17 @@ extension LocalStore {
                 try db.execute(
                     sql: "INSERT OR IGNORE INTO message_expiry (id, expires_at_ms) VALUES (?, ?)",
                     arguments: [message.id, ClientClock.millis(messageExpiresAt)])
+            }
+            if let deletion {
+                // Only its author's, or any with a moderator's; fully or
+                // marked, as the preference said at the deletion's place.
+                let sql =
+                    deletion.full
+                    ? "DELETE FROM message WHERE id = ? AND conversation = ? AND (sender = ? OR ?)"
+                    : "UPDATE message SET display_text = '\(GroupService.deletedText)' WHERE id = ? AND conversation = ? AND (sender = ? OR ?)"
+                try db.execute(
+                    sql: sql,
+                    arguments: [deletion.messageID, record.groupID, deletion.sender.rawValue, deletion.moderates])
             }
             // A deletion drops every message with the commit that says so
             // (the keys follow in markGroupDeleted).
