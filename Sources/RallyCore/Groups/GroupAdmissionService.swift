@@ -50,20 +50,11 @@ public struct GroupAdmissionService: Sendable {
     public func admit(
         _ inbox: InboxID, role: GroupRole?, in reference: String
     ) async throws(RallyClientError) -> GroupRecord {
-        let groupID = try log.group(reference).groupID
-        // The queue as the log has it now: the decision is checked on it.
-        try await log.sync(groupID)
-        let committer = self.committer
-        var waiting: PendingMember?
-        let committed = try await committer.commit(groupID) { state throws(RallyClientError) in
-            guard let found = state.pending[inbox] else { throw .group(.commitRejected(.notPending(inbox))) }
-            waiting = found
-            var commit = committer.newCommit(on: state)
+        let (groupID, decided) = try await decide(inbox, in: reference) { commit, waiting in
             commit.admitPending.inboxID = inbox.rawValue
-            commit.admitPending.role = (role ?? found.role).wire
-            return commit
+            commit.admitPending.role = (role ?? waiting.role).wire
         }
-        if let committed, let waiting {
+        if let (committed, waiting) = decided {
             try await welcomes.send(
                 to: waiting.identity, groupID: groupID, admission: committed,
                 invite: .init(tag: waiting.inviteTag, keys: nil, requestID: waiting.joinRequestID))
@@ -74,19 +65,10 @@ public struct GroupAdmissionService: Sendable {
     /// Turns a pending joiner away (moderator and above); they are told
     /// with a `request_rejected` join error that answers their request.
     public func reject(_ inbox: InboxID, in reference: String) async throws(RallyClientError) -> GroupRecord {
-        let groupID = try log.group(reference).groupID
-        // The queue as the log has it now: the decision is checked on it.
-        try await log.sync(groupID)
-        let committer = self.committer
-        var waiting: PendingMember?
-        let committed = try await committer.commit(groupID) { state throws(RallyClientError) in
-            guard let found = state.pending[inbox] else { throw .group(.commitRejected(.notPending(inbox))) }
-            waiting = found
-            var commit = committer.newCommit(on: state)
+        let (groupID, decided) = try await decide(inbox, in: reference) { commit, _ in
             commit.rejectPending.inboxID = inbox.rawValue
-            return commit
         }
-        if committed != nil, let waiting {
+        if let (_, waiting) = decided {
             let error = InviteJoinError(
                 errorType: .requestRejected, inviteTag: waiting.inviteTag.hexString, timestamp: context.clock.now(),
                 reason: "a moderator declined your request to join")
@@ -99,6 +81,28 @@ public struct GroupAdmissionService: Sendable {
             }
         }
         return try log.group(groupID)
+    }
+
+    /// Commits a decision on a pending joiner, drafted by `fill` on the
+    /// latest state (read first: the decision is checked on the queue as
+    /// the log has it now). Returns the commit id and the joiner it
+    /// decided on, or nil when nothing was committed.
+    private func decide(
+        _ inbox: InboxID, in reference: String, _ fill: (inout WireGroupCommit, PendingMember) -> Void
+    ) async throws(RallyClientError) -> (String, (Data, PendingMember)?) {
+        let groupID = try log.group(reference).groupID
+        try await log.sync(groupID)
+        let committer = self.committer
+        var waiting: PendingMember?
+        let committed = try await committer.commit(groupID) { state throws(RallyClientError) in
+            guard let found = state.pending[inbox] else { throw .group(.commitRejected(.notPending(inbox))) }
+            waiting = found
+            var commit = committer.newCommit(on: state)
+            fill(&commit, found)
+            return commit
+        }
+        guard let committed, let waiting else { return (groupID, nil) }
+        return (groupID, (committed, waiting))
     }
 
     // MARK: Support chat
