@@ -63,7 +63,7 @@ struct TextCodecTests {
 }
 
 /// A codec with a fallback, as a richer content type would have.
-struct ReactionCodec: ContentCodec {
+struct ExampleReactionCodec: ContentCodec {
     static let contentType = ContentTypeID(authority: "example.com", type: "reaction", major: 1, minor: 0)
     var contentType: ContentTypeID { Self.contentType }
 
@@ -108,15 +108,15 @@ struct CodecRegistryTests {
 
     @Test func encodingThroughTheRegistryAppliesFallbackAndPush() throws {
         var registry = CodecRegistry()
-        registry.register(ReactionCodec())
-        let reaction = try registry.encode("👍", with: ReactionCodec())
+        registry.register(ExampleReactionCodec())
+        let reaction = try registry.encode("👍", with: ExampleReactionCodec())
         #expect(reaction.fallback == "reacted 👍")
         #expect(!reaction.shouldPush)
         let text = try registry.encode("hi", with: TextCodec())
         #expect(!text.hasFallback)
         #expect(text.shouldPush)
         #expect(throws: ContentError.malformed(contentType: "example.com/reaction:1.0", reason: "one emoji")) {
-            try registry.encode("two", with: ReactionCodec())
+            try registry.encode("two", with: ExampleReactionCodec())
         }
     }
 
@@ -173,8 +173,8 @@ struct CodecRegistryTests {
 
     @Test func aRegisteredCodecIsUsedAndTheStandardRegistryIsUnchanged() throws {
         var registry = CodecRegistry.standard
-        registry.register(ReactionCodec())
-        let content = try registry.encode("🎉", with: ReactionCodec())
+        registry.register(ExampleReactionCodec())
+        let content = try registry.encode("🎉", with: ExampleReactionCodec())
         let decoded = registry.decode(content)
         #expect(decoded.isKnown)
         #expect(decoded.displayText == "reaction 🎉")
