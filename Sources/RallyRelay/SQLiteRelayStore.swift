@@ -231,18 +231,20 @@ public final class SQLiteRelayStore: RelayStore {
     }
 
     private static func status(topic: String, key: Data, db: Database) throws -> AccessKeyStatus {
-        if try Bool.fetchOne(
-            db.cachedStatement(sql: "SELECT EXISTS (SELECT 1 FROM deleted_topics WHERE topic = ?)"),
-            arguments: [topic]) == true
-        {
-            return .deleted
-        }
         if let row = try Row.fetchOne(
             db.cachedStatement(sql: "SELECT valid_through FROM topic_keys WHERE topic = ? AND access_key = ?"),
             arguments: [topic, key])
         {
             let validThrough: Int64? = row["valid_through"]
             return validThrough.map { .retired(validThrough: UInt64(max(0, $0))) } ?? .current
+        }
+        // A deleted topic has no keys left, so the tombstone is read only
+        // off the hot path (a key the topic holds).
+        if try Bool.fetchOne(
+            db.cachedStatement(sql: "SELECT EXISTS (SELECT 1 FROM deleted_topics WHERE topic = ?)"),
+            arguments: [topic]) == true
+        {
+            return .deleted
         }
         let known = try Bool.fetchOne(
             db, sql: "SELECT EXISTS (SELECT 1 FROM topic_keys WHERE topic = ?)", arguments: [topic])
