@@ -119,4 +119,37 @@ struct GroupConcurrencyTests {
         #expect(try await joinState(dan, attempt).phase == .joined)
         await c.stop([dan])
     }
+
+    @Test("a member offline through a batch of lifecycle commits catches up in one sync and holds the owner's state")
+    func offlineMemberConverges() async throws {
+        let c = try await Club.start()
+        let dan = try await c.world.user("dan")
+        // Cy stays away from here on.
+        for round in 0..<6 {
+            _ = try await c.olive.changeRoles(
+                of: [c.ann.inboxID], to: round.isMultiple(of: 2) ? .moderator : .member, in: c.groupID)
+            try await c.olive.setWelcomeMessage("round \(round)", in: c.groupID)
+            try await c.olive.blockMembers([c.ann.inboxID], in: c.groupID, blocked: round.isMultiple(of: 2))
+            _ = try await c.olive.setGroupPreferences(
+                [.reactions: GroupPreference(enabled: !round.isMultiple(of: 2))], in: c.groupID)
+        }
+        _ = try await c.olive.groupLinks.create(in: c.groupID, role: .observer)
+        try await c.olive.groupAdmission.setAdmission(.approval, in: c.groupID)
+        _ = try await c.olive.groupInvitations.invite([dan.inboxID], to: c.groupID)
+        _ = try await c.bob.syncGroup(c.groupID)
+        _ = try await c.olive.removeMembers([c.bob.inboxID], from: c.groupID)
+        _ = try await c.olive.sendGroupText("after all that", to: c.groupID)
+
+        let report = try await c.cy.syncGroup(c.groupID)
+        #expect(report.rejections.isEmpty)
+        let owners = try await c.olive.group(c.groupID).state
+        let cys = try await c.cy.group(c.groupID).state
+        #expect(cys == owners)
+        // Removing Bob, an admin, moved the invite identity: the link went
+        // with it, for Cy as for everyone.
+        #expect(cys.groupLink == nil && cys.retiredLinkTags.count == 1)
+        #expect(cys.admission == .approval && cys.invited[dan.inboxID] != nil)
+        #expect(try await c.cy.groupMessages(in: c.groupID).map(\.displayText) == ["after all that"])
+        await c.stop([dan])
+    }
 }

@@ -222,4 +222,44 @@ struct GroupPreferencesTests {
                 "all good"))
         await t.stop()
     }
+
+    @Test(
+        "voice, files and reports follow their preference by content type: off or above the sender's role, refused by its client and rejected by every member"
+    )
+    func contentTypesFollowTheirPreference() async throws {
+        let t = try await Trio.start()
+        func content(_ type: String) -> WireEncodedContent {
+            var content = WireEncodedContent()
+            content.type = ContentTypeID(authority: "rally.dev", type: type, major: 1, minor: 0).wire
+            content.content = Data("opaque \(type) bytes".utf8)
+            content.fallback = "a \(type)"
+            return content
+        }
+        _ = try await t.owner.setGroupPreferences(
+            [
+                .voice: GroupPreference(enabled: false),
+                .files: GroupPreference(enabled: true, minimumRole: .moderator),
+                .reports: GroupPreference(enabled: false),
+            ], in: t.groupID)
+        for client in t.all { try await catchUp(client, t.groupID) }
+        for (type, key) in [("voice", GroupPreferences.Key.voice), ("file", .files), ("report", .reports)] {
+            await #expect {
+                try await t.member.groupService.send(content(type), to: t.groupID)
+            } throws: { error in
+                guard case RallyClientError.group(.notAllowedByPreference(let refused, _)) = error else { return false }
+                return refused == key
+            }
+            // Sent anyway: every member rejects it at its position.
+            await #expect(throws: RallyClientError.self) {
+                try await t.member.groupService.send(content(type), to: t.groupID, enforcingPreferences: false)
+            }
+            let report = try await catchUp(t.owner, t.groupID)
+            #expect(report.rejections.map(\.reason) == [.notAllowedByPreference(key, t.member.inboxID)])
+        }
+        // A moderator may send a file.
+        _ = try await t.moderator.groupService.send(content("file"), to: t.groupID)
+        try await catchUp(t.owner, t.groupID)
+        #expect(try await t.owner.groupMessages(in: t.groupID).map(\.displayText) == ["a file"])
+        await t.stop()
+    }
 }
