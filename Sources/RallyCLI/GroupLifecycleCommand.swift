@@ -136,7 +136,7 @@ extension GroupCommand {
         static let configuration = CommandConfiguration(
             abstract: "Leave a group: you keep its history here but no longer send or receive.",
             discussion:
-                "The others move to a new key you never get. The last owner of a group with other members must first make someone else owner (`rally group role GROUP owner INBOX`) or end the group."
+                "The others move to a new key you never get. The last owner of a group with other members must first make someone else owner (`rally group role GROUP owner INBOX`) or delete the group (`rally group delete GROUP`)."
         )
         @OptionGroup var options: ClientOptions
         @Argument(help: "Group id (or a unique prefix, or the name).") var group: String

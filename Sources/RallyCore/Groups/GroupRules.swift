@@ -72,7 +72,7 @@ public enum GroupRejection: Error, Sendable, Equatable, CustomStringConvertible 
         case .invalidRole: "unknown role"
         case .invalidTarget(let reason): "invalid target: \(reason)"
         case .lastOwner:
-            "the last owner cannot leave while others remain: make someone else owner first (`rally group role GROUP owner INBOX`) or end the group"
+            "the last owner cannot leave while others remain: make someone else owner first (`rally group role GROUP owner INBOX`) or delete the group (`rally group delete GROUP`)"
         case .rekeyPending: "the epoch key must be replaced first (someone left)"
         case .missingEpochKeys: "someone loses access, so the commit must carry a fresh epoch key"
         case .epochKeysMismatch: "the fresh epoch key must be sealed to exactly the remaining members"
