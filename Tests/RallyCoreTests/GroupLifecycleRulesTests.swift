@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import RallyCrypto
 import RallyWire
@@ -22,10 +23,26 @@ struct GroupLifecycleRulesTests {
         case delete
         case admission
         case preferences
+        /// Invite an outsider with the target's role.
+        case invite
+        /// Set the group link with the target's role.
+        case link
+        /// Admit the waiting joiner with the target's role.
+        case admit
+        case reject
+
+        /// Whether the world needs invites set up and a joiner waiting.
+        var needsQueue: Bool {
+            switch self {
+            case .invite, .link, .admit, .reject: true
+            default: false
+            }
+        }
 
         static let all: [Action] =
             GroupRole.allCases.map(Action.roles) + [
-                .remove, .block, .unblock, .welcome, .profile, .delete, .admission, .preferences,
+                .remove, .block, .unblock, .welcome, .profile, .delete, .admission, .preferences, .invite, .link,
+                .admit, .reject,
             ]
 
         var description: String {
@@ -39,6 +56,10 @@ struct GroupLifecycleRulesTests {
             case .delete: "delete"
             case .admission: "admission"
             case .preferences: "preferences"
+            case .invite: "invite"
+            case .link: "link"
+            case .admit: "admit pending"
+            case .reject: "reject pending"
             }
         }
     }
@@ -56,6 +77,12 @@ struct GroupLifecycleRulesTests {
         case .remove: return needs(.admin) ?? outranked
         case .block, .unblock: return needs(.moderator) ?? outranked
         case .welcome, .profile, .delete, .admission, .preferences: return needs(.owner)
+        // These name a role to give (the target's), not a member to act on.
+        case .invite, .link:
+            return needs(.admin) ?? (target > actor ? .insufficientRole(needed: target, actual: actor) : nil)
+        case .admit:
+            return needs(.moderator) ?? (target > actor ? .insufficientRole(needed: target, actual: actor) : nil)
+        case .reject: return needs(.moderator)
         }
     }
 
@@ -63,15 +90,30 @@ struct GroupLifecycleRulesTests {
     static let actorIdentity = T.identity("Ann")
     static let targetIdentity = T.identity("Tom")
     static let bystander = T.identity("Bea")
+    static let joiner = T.identity("Jo")
+    static let outsider = T.identity("Xan")
+    static let inviteKeys = try! InviteKeys(seed: SymmetricKey(data: Data(repeating: 0x5E, count: 32)))
+    static let inviteTag = Data(repeating: 0x42, count: 16)
 
     /// Olive (owner) created the group; Ann has `actor`, Tom `target`, Bea
     /// is a member.
-    static func world(actor: GroupRole, target: GroupRole) throws -> GroupState {
+    static func world(actor: GroupRole, target: GroupRole, queue: Bool = false) throws -> GroupState {
         var state = GroupState(groupID: T.groupID)
         try applied(&state, T.commit(T.create(), by: owner, on: state), by: owner)
         for (identity, role) in [(actorIdentity, actor), (targetIdentity, target), (bystander, .member)] {
             try applied(&state, T.commit(T.add(identity.publicIdentity, as: role), by: owner, on: state), by: owner)
         }
+        guard queue else { return state }
+        // Invites set up, and Jo waiting for approval.
+        let setUp = try InviteGroupWorld.setUp(
+            inviteKeys.identity.publicIdentity, tag: inviteTag,
+            seed: SymmetricKey(data: Data(repeating: 0x5E, count: 32)),
+            sealedTo: state.sortedMembers.filter { $0.role >= .admin }.map(\.identity), on: state)
+        try applied(&state, T.commit(setUp, by: owner, on: state), by: owner)
+        try applied(
+            &state,
+            T.commit(GroupAdmissionRulesTests.pending(joiner, tag: inviteTag, request: 9), by: owner, on: state),
+            by: owner)
         return state
     }
 
@@ -104,6 +146,40 @@ struct GroupLifecycleRulesTests {
             var set = WireSetPreferences()
             set.preferences = [GroupPreferences.wire("reactions", GroupPreference(enabled: false))]
             return T.commit(.setPreferences(set), by: actorIdentity, on: state)
+        case .invite, .link, .admit, .reject:
+            // The role to give is the target's, so the table's target column
+            // reads as "the role given".
+            let role = state.role(of: targetIdentity.inboxID) ?? .member
+            return T.commit(try roleAction(action, role: role, on: state), by: actorIdentity, on: state)
+        }
+    }
+
+    /// The actions that give a role (`role`) to someone outside the
+    /// member list: an outsider invited, the link, the waiting joiner.
+    static func roleAction(
+        _ action: Action, role: GroupRole, on state: GroupState
+    ) throws
+        -> WireGroupCommit.OneOf_Action
+    {
+        switch action {
+        case .invite:
+            var invite = WireInviteMember()
+            invite.member = outsider.publicIdentity.wireBundle
+            invite.role = role.wire
+            return .inviteMember(invite)
+        case .link:
+            return GroupAdmissionRulesTests.link(
+                by: actorIdentity, tag: Data(repeating: 0x43, count: 16), joinInbox: inviteKeys.identity.inboxID,
+                role: role)
+        case .admit:
+            var admit = WireAdmitPending()
+            admit.inboxID = joiner.inboxID.rawValue
+            admit.role = role.wire
+            return .admitPending(admit)
+        default:
+            var reject = WireRejectPending()
+            reject.inboxID = joiner.inboxID.rawValue
+            return .rejectPending(reject)
         }
     }
 
@@ -120,7 +196,7 @@ struct GroupLifecycleRulesTests {
 
     @Test("every action × actor role × target role: applied exactly when the role rules allow it", arguments: table)
     func rulesTable(_ row: Row) throws {
-        let state = try Self.world(actor: row.actor, target: row.target)
+        let state = try Self.world(actor: row.actor, target: row.target, queue: row.action.needsQueue)
         var next = state
         let outcome = try next.apply(Self.commit(row.action, on: state), signedBy: Self.actorIdentity)
         if let refusal = Self.expected(row.action, actor: row.actor, target: row.target) {
@@ -148,13 +224,17 @@ struct GroupLifecycleRulesTests {
                     == .rejected(.deleted))
         case .admission: #expect(next.admission == .approval)
         case .preferences: #expect(!next.preferences[.reactions].enabled)
+        case .invite: #expect(next.invited[Self.outsider.inboxID]?.role == row.target)
+        case .link: #expect(next.groupLink?.role == row.target)
+        case .admit: #expect(next.role(of: Self.joiner.inboxID) == row.target && next.pending.isEmpty)
+        case .reject: #expect(next.pending.isEmpty && next.members[Self.joiner.inboxID] == nil)
         }
     }
 
     @Test(
         "GroupPermissions answers what the rules decide, for every action × actor role × target role", arguments: table)
     func permissionsAgreeWithTheRules(_ row: Row) throws {
-        let state = try Self.world(actor: row.actor, target: row.target)
+        let state = try Self.world(actor: row.actor, target: row.target, queue: row.action.needsQueue)
         var next = state
         let outcome = try next.apply(Self.commit(row.action, on: state), signedBy: Self.actorIdentity)
         let applied = if case .applied = outcome { true } else { false }
@@ -169,6 +249,10 @@ struct GroupLifecycleRulesTests {
         case .delete: allowed = permissions.canDelete
         case .admission: allowed = permissions.canSetAdmission
         case .preferences: allowed = permissions.canSetPreferences
+        case .invite: allowed = permissions.canAddMembers && permissions.assignableRoles.contains(row.target)
+        case .link: allowed = permissions.canManageLink && permissions.assignableRoles.contains(row.target)
+        case .admit: allowed = permissions.canReviewPending && row.target <= row.actor
+        case .reject: allowed = permissions.canReviewPending
         }
         #expect(allowed == applied, "\(outcome)")
         if case .roles(let role) = row.action, row.target <= row.actor {
