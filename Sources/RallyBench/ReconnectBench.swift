@@ -218,7 +218,7 @@ struct ReconnectBench: AsyncParsableCommand {
                 notes.append("\(label), outage: \(count - times.count) clients did not catch up within \(timeout) s")
             }
             let attempts = Self.total(after) - Self.total(before)
-            func rung(_ rung: RecoveryLadder.Rung) -> Int { after[rung, default: 0] - before[rung, default: 0] }
+            func rung(_ rung: RelayRecoveryRung) -> Int { after[rung, default: 0] - before[rung, default: 0] }
             outageRow = String(
                 format: "%7d  %8d  %5d  %9d  %6d  %5d  %14.2f  %16.0f  %16.0f", count, attempts, rung(.ping),
                 rung(.reconnect), rung(.reauthenticate), rung(.httpFallback),
@@ -272,8 +272,8 @@ struct ReconnectBench: AsyncParsableCommand {
     }
 
     /// Recovery attempts so far, summed over every client, per rung.
-    private static func attempts(of clients: [RallyClient]) async -> [RecoveryLadder.Rung: Int] {
-        var sum: [RecoveryLadder.Rung: Int] = [:]
+    private static func attempts(of clients: [RallyClient]) async -> [RelayRecoveryRung: Int] {
+        var sum: [RelayRecoveryRung: Int] = [:]
         for client in clients {
             for (rung, attempts) in await client.connectionReport().attempts { sum[rung, default: 0] += attempts }
         }
@@ -286,7 +286,7 @@ struct ReconnectBench: AsyncParsableCommand {
         return count
     }
 
-    private static func total(_ attempts: [RecoveryLadder.Rung: Int]) -> Int { attempts.values.reduce(0, +) }
+    private static func total(_ attempts: [RelayRecoveryRung: Int]) -> Int { attempts.values.reduce(0, +) }
 
     /// The most instants that fall within one second of each other.
     private static func peakPerSecond(_ instants: [ContinuousClock.Instant]) -> Int {

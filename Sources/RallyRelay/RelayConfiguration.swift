@@ -134,6 +134,8 @@ public struct RelayLimits: Sendable, Equatable {
     /// its release.
     public var minEscrowWait: Duration
     public var maxEscrowWait: Duration
+    /// Call rooms: how many, how full, how long they and their places live.
+    public var rooms = RoomLimits()
 
     public init(
         publishRatePerSecond: Double = 200,

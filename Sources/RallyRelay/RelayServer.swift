@@ -37,8 +37,10 @@ public final class RelayServer: Service, Sendable {
         HTTPEndpoints.addRoutes(to: router, services: services)
         BlobEndpoints.addRoutes(to: router, services: services)
         EscrowEndpoints.addRoutes(to: router, services: services)
+        RoomEndpoints.addRoutes(to: router, services: services)
         let webSocketRouter = Router(context: RelayRequestContext.self)
         WebSocketEndpoint.addRoute(to: webSocketRouter, services: services)
+        RoomEndpoints.addWebSocketRoute(to: webSocketRouter, services: services)
         let listening = listening
         let app = Application(
             router: router,
@@ -63,6 +65,7 @@ public final class RelayServer: Service, Sendable {
                 try await withThrowingTaskGroup(of: Void.self) { group in
                     group.addTask { try await app.run() }
                     group.addTask { await Self.pruneLoop(services: services) }
+                    group.addTask { await Self.roomTickLoop(services: services) }
                     // The server ends first (shutdown or failure); pruning
                     // then stops with it.
                     try await group.next()
@@ -71,7 +74,10 @@ public final class RelayServer: Service, Sendable {
             } onGracefulShutdown: {
                 // Ends live subscriptions and long-polls, so open requests do
                 // not hold the shutdown for their full wait.
-                Task { await services.hub.shutdown() }
+                Task {
+                    await services.hub.shutdown()
+                    await services.rooms.shutdown()
+                }
             }
         } catch {
             failure = error
@@ -114,6 +120,19 @@ public final class RelayServer: Service, Sendable {
                 return
             }
             await prune(services: services)
+        }
+    }
+
+    /// Room timers (grace periods, idle expiry) are decided on the relay's
+    /// clock; this only sets how often the hub looks at it.
+    private static func roomTickLoop(services: RelayServices) async {
+        while !Task.isCancelled {
+            do {
+                try await Task.sleep(for: .milliseconds(250))
+            } catch {
+                return
+            }
+            await services.rooms.tick()
         }
     }
 

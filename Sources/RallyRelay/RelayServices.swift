@@ -22,6 +22,9 @@ struct RelayServices: Sendable {
     let nonces: NonceCache
     /// The open WebSocket sessions, to tell them the relay is stopping.
     let sessions = SessionRegistry()
+    /// Call rooms and their participants' connections.
+    let rooms: RoomHub
+    let roomRates: KeyedRateLimiter
 
     /// `escrows` defaults to none, for services of tests that never touch
     /// escrows.
@@ -40,6 +43,9 @@ struct RelayServices: Sendable {
         nonces = NonceCache(
             capacity: limits.maxRememberedNonces,
             lifetimeMilliseconds: Int64(HTTPAuthorization.window * 1000) + 1)
+        rooms = RoomHub(limits: limits.rooms, clock: clock)
+        roomRates = KeyedRateLimiter(
+            ratePerSecond: limits.rooms.createRatePerSecondPerIP, burst: limits.rooms.createBurstPerIP)
         self.store = store
         self.hub = hub
         self.clock = clock

@@ -41,7 +41,7 @@ struct RoomRegistryTests {
 
     @Test("a dropped participant is suspended; its token takes its place back within the grace; a wrong token does not")
     func suspensionAndToken() throws {
-        var rooms = Self.registry()
+        var rooms = Self.registry { $0.grace = 30 }
         let room = try rooms.create(now: Self.start).get()
         let alice = try rooms.join(room.id, token: nil, now: Self.start).get().participant
         _ = try rooms.join(room.id, token: nil, now: Self.start).get()
@@ -59,7 +59,7 @@ struct RoomRegistryTests {
 
     @Test("past the grace the place is given up: in a two-person room that is room_gone (peer_left), for good")
     func graceLapses() throws {
-        var rooms = Self.registry()
+        var rooms = Self.registry { $0.grace = 30 }
         let room = try rooms.create(now: Self.start).get()
         let alice = try rooms.join(room.id, token: nil, now: Self.start).get().participant
         _ = try rooms.join(room.id, token: nil, now: Self.start).get()
@@ -94,6 +94,32 @@ struct RoomRegistryTests {
         #expect(rooms.refusalForMissing(two.id) == .roomGone(.ended))
         _ = rooms.tick(now: Self.at(1 + 3600))
         #expect(rooms.refusalForMissing(two.id) == .notFound)
+    }
+
+    @Test("the creator's end token ends a room without a place in it; another token does not")
+    func endToken() throws {
+        var rooms = Self.registry()
+        let room = try rooms.create(now: Self.start).get()
+        _ = try rooms.join(room.id, token: nil, now: Self.start).get()
+        #expect(throws: RoomRefusal.badToken) { try rooms.end(room.id, endToken: "guess", now: Self.at(1)).get() }
+        #expect(
+            try rooms.end(room.id, endToken: room.endToken, now: Self.at(1)).get() == [
+                .gone(room: room.id, reason: .ended)
+            ])
+        #expect(throws: RoomRefusal.roomGone(.ended)) {
+            try rooms.end(room.id, endToken: room.endToken, now: Self.at(2)).get()
+        }
+    }
+
+    @Test("the default grace outlasts a two-minute outage (the seed's long outage auto-resume)")
+    func defaultGrace() throws {
+        var rooms = Self.registry()
+        let room = try rooms.create(now: Self.start).get()
+        let alice = try rooms.join(room.id, token: nil, now: Self.start).get().participant
+        _ = try rooms.join(room.id, token: nil, now: Self.start).get()
+        _ = rooms.disconnected(room.id, participant: alice.id, now: Self.at(1))
+        #expect(rooms.tick(now: Self.at(1 + 150)).isEmpty)
+        #expect(try rooms.join(room.id, token: alice.token, now: Self.at(151)).get().participant.state == .joined)
     }
 
     @Test("a room nobody is in expires after the idle limit (a suspended participant keeps it)")

@@ -99,8 +99,8 @@ struct RelayTransports: Sendable {
     var startsOn: ActiveTransport { primary is HTTPTransport ? .http : .webSocket }
 
     /// The rungs that make sense with these transports.
-    var rungs: [RecoveryLadder.Rung] {
-        fallback == nil ? [.ping, .reconnect, .reauthenticate] : RecoveryLadder.Rung.allCases
+    var rungs: [RelayRecoveryRung] {
+        fallback == nil ? [.ping, .reconnect, .reauthenticate] : RelayRecoveryRung.allCases
     }
 }
 

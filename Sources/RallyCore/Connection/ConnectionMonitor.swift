@@ -15,10 +15,10 @@ public struct ConnectionReport: Sendable, Equatable {
     public var healthyFollowers: Int
     public var recoveringFollowers: Int
     /// Recovery attempts since the client opened, per rung of the ladder.
-    public var attempts: [RecoveryLadder.Rung: Int]
+    public var attempts: [RelayRecoveryRung: Int]
     /// The latest attempts in order, oldest first (at most
     /// ``ConnectionMonitor/attemptHistoryLimit``).
-    public var recentAttempts: [RecoveryLadder.Rung]
+    public var recentAttempts: [RelayRecoveryRung]
     public var totalAttempts: Int { attempts.values.reduce(0, +) }
 }
 
@@ -44,8 +44,8 @@ public actor ConnectionMonitor {
     private var nextParty: UInt64 = 1
     private var observers: [UInt64: AsyncStream<ConnectionStatusUpdate>.Continuation] = [:]
     private var nextObserver: UInt64 = 1
-    private var attempts: [RecoveryLadder.Rung: Int] = [:]
-    private var recentAttempts: [RecoveryLadder.Rung] = []
+    private var attempts: [RelayRecoveryRung: Int] = [:]
+    private var recentAttempts: [RelayRecoveryRung] = []
     /// How many of the latest attempts a report lists.
     public static let attemptHistoryLimit = 64
     /// Set by ``leave()``: followers stop recovering and end.
@@ -114,7 +114,7 @@ public actor ConnectionMonitor {
         changed()
     }
 
-    func attempted(_ rung: RecoveryLadder.Rung) {
+    func attempted(_ rung: RelayRecoveryRung) {
         attempts[rung, default: 0] += 1
         recentAttempts.append(rung)
         if recentAttempts.count > Self.attemptHistoryLimit { recentAttempts.removeFirst() }

@@ -51,12 +51,18 @@ public struct RoomLimits: Sendable, Equatable {
     /// Two: a one-to-one call, which ends when the other peer leaves.
     public var capacity = 2
     public var maxSignalBytes = 64 * 1024
-    /// How long a dropped participant's place is kept.
-    public var grace: TimeInterval = 30
+    /// How long a dropped participant's place is kept: long enough that a
+    /// call survives minutes of outage (the seed's "long outage
+    /// auto-resume"), since in a two-person room giving the place up ends
+    /// the call.
+    public var grace: TimeInterval = 300
     /// How long a room with nobody joined lives.
     public var idleExpiry: TimeInterval = 600
     /// How long a gone room still answers `room_gone` with its reason.
     public var tombstoneTTL: TimeInterval = 3600
+    /// Rooms one IP address may create: a sustained rate and a burst.
+    public var createRatePerSecondPerIP: Double = 1
+    public var createBurstPerIP: Double = 30
 
     public init() {}
 }
@@ -76,6 +82,9 @@ public struct RoomParticipant: Sendable, Equatable {
 /// A call room: who is in it and when anything last happened there.
 public struct Room: Sendable, Equatable {
     public let id: String
+    /// What lets the room's creator end it without holding a place in it
+    /// (`rally call end ROOM`).
+    public let endToken: String
     public let createdAt: Date
     public var participants: [RoomParticipant] = []
     /// When the room last had nobody joined (nil while someone is).
@@ -113,7 +122,7 @@ public struct RoomRegistry: Sendable {
 
     public mutating func create(now: Date) -> Result<Room, RoomRefusal> {
         guard rooms.count < limits.maxRooms else { return .failure(.tooManyRooms(limit: limits.maxRooms)) }
-        let room = Room(id: makeID(), createdAt: now, emptySince: now)
+        let room = Room(id: makeID(), endToken: makeID() + makeID(), createdAt: now, emptySince: now)
         rooms[room.id] = room
         return .success(room)
     }
@@ -175,6 +184,13 @@ public struct RoomRegistry: Sendable {
     public mutating func end(_ roomID: String, participant: String, now: Date) -> Result<[Notice], RoomRefusal> {
         guard let room = rooms[roomID] else { return .failure(refusalForMissing(roomID)) }
         guard room.present.contains(where: { $0.id == participant }) else { return .failure(.notInRoom) }
+        return .success(bury(roomID, .ended, now: now))
+    }
+
+    /// Ends the room for everyone, by its creator's end token.
+    public mutating func end(_ roomID: String, endToken: String, now: Date) -> Result<[Notice], RoomRefusal> {
+        guard let room = rooms[roomID] else { return .failure(refusalForMissing(roomID)) }
+        guard room.endToken == endToken else { return .failure(.badToken) }
         return .success(bury(roomID, .ended, now: now))
     }
 

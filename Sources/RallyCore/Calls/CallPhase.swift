@@ -1,0 +1,105 @@
+/// Where a call stands (the seed's `CallPhase`). The connection-status
+/// machine runs only while ``inCall``; joining and waiting have their own
+/// handling (the ladder rejoins, the status is not shown).
+public enum CallPhase: String, Sendable, Codable, CaseIterable {
+    case idle, creatingRoom, joining, waiting, inCall, ending, error
+}
+
+/// One action of the call ladder, lightest first: the seed's "ICE restart →
+/// offer resend → rejoin → transport fallback → repeat".
+public enum CallRecoveryRung: String, Sendable, CaseIterable, Codable {
+    /// (Signaling reconnected with the reconnect token if it dropped, then)
+    /// an ICE restart: a new offer with fresh ICE credentials, or, from the
+    /// answering side, a request for one.
+    case iceRestart = "ice_restart"
+    /// The current offer sent again (or the request for one): it, or its
+    /// answer, may have been lost while the peer was away.
+    case offerResend = "offer_resend"
+    /// A new signaling connection over WebSocket with the reconnect token
+    /// (even if the old one looks alive: it may be half-open), then an ICE
+    /// restart.
+    case rejoin
+    /// Signaling over HTTP requests and long polls, for networks that let
+    /// HTTP through but not WebSockets, then an ICE restart.
+    case transportFallback = "transport_fallback"
+}
+
+/// The call ladder: the relay connection's ladder with the call's rungs and
+/// the same backoff (200 ms doubling to 30 s, full jitter).
+public typealias CallLadder = EscalationLadder<CallRecoveryRung>
+
+extension EscalationLadder where Rung == CallRecoveryRung {
+    public init(backoff: Backoff = .standard) {
+        self.init(backoff: backoff, rungs: Rung.allCases, fallback: .rejoin)
+    }
+}
+
+/// Why a call could not go on.
+public enum CallError: Error, Sendable, Equatable, CustomStringConvertible {
+    case roomNotFound
+    case roomFull
+    case unreachable(String)
+    case refused(code: String, message: String)
+    case media(String)
+    case badLink(CallLinkError)
+
+    public var description: String {
+        switch self {
+        case .roomNotFound: "This call does not exist. Check the link, or start a new call."
+        case .roomFull: "This call already has two people in it."
+        case .unreachable(let reason):
+            "The relay could not be reached (\(reason)). Check your connection and try again."
+        case .refused(let code, let message): "The relay refused: \(message) (\(code))."
+        case .media(let reason): "Camera and microphone are needed for a call (\(reason))."
+        case .badLink(let error): error.description
+        }
+    }
+}
+
+/// Why a call ended, as the home screen says it.
+public enum CallEnd: String, Sendable, Codable {
+    /// The user left ("Leave call").
+    case left
+    /// The relay says the room is gone: someone ended it…
+    case ended
+    /// …it expired…
+    case expired
+    /// …or the other person left a two-person call.
+    case peerLeft = "peer_left"
+
+    public var message: String {
+        switch self {
+        case .left: "You left the call."
+        case .ended: "The call has ended."
+        case .expired: "The call expired."
+        case .peerLeft: "The other person left the call."
+        }
+    }
+}
+
+/// What a call screen shows: the phase, the connection status (only
+/// meaningful in a call), why it ended or failed, and the ladder's steps so
+/// far (for diagnostics and tests).
+public struct CallSnapshot: Sendable, Equatable {
+    public var phase: CallPhase
+    public var status: ConnectionStatusPresentation
+    public var end: CallEnd?
+    public var error: CallError?
+    public var rungs: [CallLadder.Step]
+    /// The signaling transport in use.
+    public var transport: CallSignalingTransport
+
+    public init(
+        phase: CallPhase = .idle,
+        status: ConnectionStatusPresentation = ConnectionStatusMachine(status: .idle).presentation,
+        end: CallEnd? = nil, error: CallError? = nil, rungs: [CallLadder.Step] = [],
+        transport: CallSignalingTransport = .webSocket
+    ) {
+        self.phase = phase
+        self.status = status
+        self.end = end
+        self.error = error
+        self.rungs = rungs
+        self.transport = transport
+    }
+}
