@@ -33,7 +33,7 @@ for path in sorted(WEB.iterdir()):
     lines.append(f'        "{path.name}": (')
     lines.append(f'            "{TYPES[path.suffix]}",')
     lines.append('            ##"""')
-    lines.append(text + '"""##'),
+    lines.append(text + '\n"""##')
     lines.append("        ),")
 lines += ["    ]", "}", ""]
 OUT.write_text("\n".join(lines), encoding="utf-8")

@@ -77,29 +77,30 @@ public enum CallEnd: String, Sendable, Codable {
     }
 }
 
+/// One step of the call ladder as it was tried, and when (on the call's
+/// clock, in milliseconds since 1970).
+public struct CallRungAttempt: Sendable, Equatable {
+    public var step: CallLadder.Step
+    public var atMillis: Int64
+}
+
 /// What a call screen shows: the phase, the connection status (only
-/// meaningful in a call), why it ended or failed, and the ladder's steps so
-/// far (for diagnostics and tests).
+/// meaningful in a call), why it ended or failed, and the ladder's steps
+/// (for diagnostics and tests).
 public struct CallSnapshot: Sendable, Equatable {
-    public var phase: CallPhase
-    public var status: ConnectionStatusPresentation
+    public var phase: CallPhase = .idle
+    public var status: ConnectionStatusPresentation = ConnectionStatusMachine(status: .idle).presentation
     public var end: CallEnd?
     public var error: CallError?
-    public var rungs: [CallLadder.Step]
+    /// This participant's id in the room (kept across rejoins with the
+    /// reconnect token).
+    public var participant: String?
+    /// The ladder's steps tried since the call started.
+    public var rungs: [CallRungAttempt] = []
+    /// The ladder's next step, waiting for its pause.
+    public var pending: CallLadder.Step?
     /// The signaling transport in use.
-    public var transport: CallSignalingTransport
+    public var transport: CallSignalingTransport = .webSocket
 
-    public init(
-        phase: CallPhase = .idle,
-        status: ConnectionStatusPresentation = ConnectionStatusMachine(status: .idle).presentation,
-        end: CallEnd? = nil, error: CallError? = nil, rungs: [CallLadder.Step] = [],
-        transport: CallSignalingTransport = .webSocket
-    ) {
-        self.phase = phase
-        self.status = status
-        self.end = end
-        self.error = error
-        self.rungs = rungs
-        self.transport = transport
-    }
+    public init() {}
 }

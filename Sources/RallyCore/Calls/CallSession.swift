@@ -121,6 +121,7 @@ public actor CallSession {
         }
         channel = opened
         participant = joined.participant
+        snapshot.participant = joined.participant
         token = joined.token
         if let present = joined.peers.first(where: { $0.state != ParticipantStateName.gone }) {
             peer = present.participant
@@ -238,6 +239,7 @@ public actor CallSession {
         ladder.recovered()
         ladderTask?.cancel()
         ladderTask = nil
+        snapshot.pending = nil
         statusTimer?.cancel()
         snapshot.phase = .inCall
         snapshot.status = machine.presentation
@@ -265,6 +267,8 @@ public actor CallSession {
         ladder.recovered()
         ladderTask?.cancel()
         ladderTask = nil
+        snapshot.pending = nil
+        publish()
     }
 
     private var recovered: Bool {
@@ -274,21 +278,42 @@ public actor CallSession {
     private func climb() {
         guard ladderTask == nil, !over else { return }
         let step = ladder.next(unit: jitter())
+        snapshot.pending = step
+        publish()
+        ladderTask = after(step.delay) { session in await session.tryRung(step) }
+    }
+
+    /// Runs `action` once `delay` has passed on the call's clock, counted
+    /// from now: the deadline is fixed here, so a clock that moves before
+    /// the task starts sleeping does not stretch the wait.
+    private func after(
+        _ delay: Duration, _ action: @escaping @Sendable (isolated CallSession) async -> Void
+    ) -> Task<Void, Never> {
         let clock = clock
-        ladderTask = Task { [weak self] in
-            do {
-                try await clock.sleep(step.delay)
-            } catch {
-                return
+        let deadline = clock.now().addingTimeInterval(
+            Double(delay.components.seconds) + Double(delay.components.attoseconds) / 1e18)
+        return Task { [weak self] in
+            let remaining = deadline.timeIntervalSince(clock.now())
+            if remaining > 0 {
+                do {
+                    try await clock.sleep(.milliseconds(Int64((remaining * 1000).rounded(.up))))
+                } catch {
+                    return
+                }
             }
-            await self?.tryRung(step)
+            guard let self else { return }
+            await action(self)
         }
     }
 
     private func tryRung(_ step: CallLadder.Step) async {
         ladderTask = nil
-        guard !over, !recovered else { return }
-        snapshot.rungs.append(step)
+        snapshot.pending = nil
+        guard !over, !recovered else {
+            publish()
+            return
+        }
+        snapshot.rungs.append(CallRungAttempt(step: step, atMillis: nowMillis))
         publish()
         do throws(CallJoinFailure) {
             switch step.rung {
@@ -326,16 +351,7 @@ public actor CallSession {
                 statusTimer = nil
             case .scheduleTimer(let at):
                 statusTimer?.cancel()
-                let clock = clock
-                let delay = Duration.milliseconds(max(0, at - nowMillis))
-                statusTimer = Task { [weak self] in
-                    do {
-                        try await clock.sleep(delay)
-                    } catch {
-                        return
-                    }
-                    await self?.statusTimerFired()
-                }
+                statusTimer = after(.milliseconds(max(0, at - nowMillis))) { session in session.statusTimerFired() }
             case .haptic:
                 break
             }
@@ -378,6 +394,7 @@ public actor CallSession {
         over = true
         statusTimer?.cancel()
         ladderTask?.cancel()
+        snapshot.pending = nil
         channelGeneration += 1
         let channel = self.channel
         self.channel = nil

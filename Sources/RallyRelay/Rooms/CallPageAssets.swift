@@ -91,6 +91,7 @@ export async function openText(key, room, data) {
   );
   return new TextDecoder().decode(plaintext);
 }
+
 """##
         ),
         "call-ladder.js": (
@@ -131,6 +132,7 @@ export class CallLadder {
     this.nextRung = 0;
   }
 }
+
 """##
         ),
         "call.css": (
@@ -148,6 +150,7 @@ video { width: 100%; background: #000; border-radius: .5rem; }
 .badge[hidden], [hidden] { display: none; }
 #badge-sub { color: #ccc; font-size: .9rem; }
 #error { color: #f88; }
+
 """##
         ),
         "call.js": (
@@ -555,6 +558,7 @@ if (match) {
   };
   if (left) $("home-note").textContent = notes[left] ?? "The call is over.";
 }
+
 """##
         ),
         "connection-status.js": (
@@ -644,6 +648,7 @@ export class ConnectionStatusMachine {
     };
   }
 }
+
 """##
         ),
         "home.html": (
@@ -669,6 +674,7 @@ export class ConnectionStatusMachine {
 </main>
 </body>
 </html>
+
 """##
         ),
         "room.html": (
@@ -700,6 +706,7 @@ export class ConnectionStatusMachine {
 </main>
 </body>
 </html>
+
 """##
         ),
         "signaling.js": (
@@ -872,6 +879,7 @@ export class SignalingChannel {
     }
   }
 }
+
 """##
         ),
     ]
