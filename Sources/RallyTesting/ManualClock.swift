@@ -32,7 +32,9 @@ public final class ManualClock: @unchecked Sendable {
 
     /// The clock as the SDK takes one.
     public var clientClock: ClientClock {
-        ClientClock(now: { [self] in now }, sleep: { [self] duration in try await sleep(for: duration) })
+        ClientClock(
+            now: { [self] in now }, sleep: { [self] duration in try await sleep(for: duration) },
+            sleepUntil: { [self] deadline in try await sleep(until: deadline) })
     }
 
     /// Moves time forward and wakes every sleeper whose deadline it passes.
@@ -68,6 +70,16 @@ public final class ManualClock: @unchecked Sendable {
     }
 
     private func sleep(for duration: Duration) async throws {
+        try await sleep(until: nil, orFor: duration)
+    }
+
+    private func sleep(until deadline: Date) async throws {
+        try await sleep(until: deadline, orFor: .zero)
+    }
+
+    /// Sleeps until `fixed`, or for `duration` from the moment the sleeper
+    /// registers.
+    private func sleep(until fixed: Date?, orFor duration: Duration) async throws {
         let id = lock.withLock { () -> UInt64 in
             nextID += 1
             return nextID
@@ -78,7 +90,7 @@ public final class ManualClock: @unchecked Sendable {
                     // A cancellation that came before this registration
                     // found nothing to cancel: honour it here.
                     if cancelledEarly.remove(id) != nil { return (nil, []) }
-                    let deadline = current.addingTimeInterval(duration.seconds)
+                    let deadline = fixed ?? current.addingTimeInterval(duration.seconds)
                     if deadline <= current { return (true, []) }
                     sleeping[id] = Sleeper(deadline: deadline, continuation: continuation)
                     let waiting = self.watchers

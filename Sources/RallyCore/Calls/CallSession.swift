@@ -293,13 +293,10 @@ public actor CallSession {
         let deadline = clock.now().addingTimeInterval(
             Double(delay.components.seconds) + Double(delay.components.attoseconds) / 1e18)
         return Task { [weak self] in
-            let remaining = deadline.timeIntervalSince(clock.now())
-            if remaining > 0 {
-                do {
-                    try await clock.sleep(.milliseconds(Int64((remaining * 1000).rounded(.up))))
-                } catch {
-                    return
-                }
+            do {
+                try await clock.sleepUntil(deadline)
+            } catch {
+                return
             }
             guard let self else { return }
             await action(self)

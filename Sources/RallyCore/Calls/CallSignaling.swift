@@ -212,27 +212,41 @@ actor WebSocketCallChannel: CallSignalingChannel {
 struct CallSignalingDropped: Error {}
 
 /// Signaling over HTTP: a request per frame sent, long polls for the frames
-/// received.
+/// received. Requests run on an ``HTTPExchange``, which (unlike
+/// `URLSession.data(for:)` on Linux) may be cancelled at any moment without
+/// deadlocking FoundationNetworking and never makes a task on a session
+/// already invalidated.
 actor HTTPCallChannel: CallSignalingChannel {
     nonisolated let frames: AsyncStream<RoomServerFrame>
     private let continuation: AsyncStream<RoomServerFrame>.Continuation
-    private let session: URLSession
+    private let exchange: HTTPExchange
     private let endpoint: URL
     private let token: String
     private var pollTask: Task<Void, Never>?
     private var ended = false
 
-    private init(endpoint: URL, token: String, session: URLSession) {
+    /// A poll's body: at most a poll's frames, one per line.
+    static let maxPollBytes = RoomWireLimits.maxFramesPerPoll * (RoomWireLimits.maxFrameBytes + 1)
+
+    private init(endpoint: URL, token: String, exchange: HTTPExchange) {
         self.endpoint = endpoint
         self.token = token
-        self.session = session
+        self.exchange = exchange
         (frames, continuation) = AsyncStream.makeStream(bufferingPolicy: .unbounded)
     }
 
-    static func makeSession() -> URLSession {
-        let configuration = URLSessionConfiguration.ephemeral
-        configuration.timeoutIntervalForRequest = CallSignaling.requestTimeout
-        return URLSession(configuration: configuration)
+    static func makeExchange() -> HTTPExchange {
+        // A long poll and a send at once.
+        HTTPExchange(maxConnectionsPerHost: 2)
+    }
+
+    static func perform(
+        _ request: URLRequest, on exchange: HTTPExchange, limit: Int = RoomWireLimits.maxFrameBytes
+    ) async throws(RelayClientError) -> HTTPRelayReply {
+        guard let url = request.url else { throw .protocolViolation("a request without a URL") }
+        return try await exchange.perform(
+            request, limit: limit, deadline: .seconds(CallSignaling.requestTimeout), what: "call signaling",
+            url: url)
     }
 
     static func open(
@@ -241,27 +255,27 @@ actor HTTPCallChannel: CallSignalingChannel {
         guard let endpoint = URL(string: CallSignaling.endpoint(relayURL, "/v1/rooms/\(room)/http")) else {
             throw .refused(.unreachable("no signaling URL for \(relayURL)"))
         }
-        let session = makeSession()
+        let exchange = makeExchange()
         var request = URLRequest(url: endpoint)
         request.httpMethod = "POST"
         request.setValue("application/json", forHTTPHeaderField: "Content-Type")
         request.httpBody = RoomFrameCodec.encode(RoomClientFrame.join(token: token))
-        let data: Data
+        let reply: HTTPRelayReply
         do {
-            (data, _) = try await session.data(for: request)
+            reply = try await perform(request, on: exchange)
         } catch {
-            session.finishTasksAndInvalidate()
+            exchange.shutDown(.disconnected("the join failed"))
             throw .refused(.unreachable("\(error)"))
         }
-        guard let frame = try? RoomFrameCodec.decodeServer(data) else {
-            session.finishTasksAndInvalidate()
+        guard let frame = try? RoomFrameCodec.decodeServer(reply.body) else {
+            exchange.shutDown(.disconnected("the join failed"))
             throw .refused(.refused(code: "malformed_frame", message: "the relay's answer is not a room frame"))
         }
         guard let joined = CallSignaling.joined(frame) else {
-            session.finishTasksAndInvalidate()
+            exchange.shutDown(.disconnected("the join failed"))
             throw CallSignaling.failure(for: frame)
         }
-        let channel = HTTPCallChannel(endpoint: endpoint, token: joined.token, session: session)
+        let channel = HTTPCallChannel(endpoint: endpoint, token: joined.token, exchange: exchange)
         await channel.startPolling()
         return (channel, joined)
     }
@@ -278,16 +292,14 @@ actor HTTPCallChannel: CallSignalingChannel {
             guard let url = components?.url else { break }
             var request = URLRequest(url: url)
             request.setValue(token, forHTTPHeaderField: "Rally-Room-Token")
-            guard let (data, response) = try? await session.data(for: request),
-                let http = response as? HTTPURLResponse
-            else { break }
-            if http.statusCode != 200 {
+            guard let reply = try? await Self.perform(request, on: exchange, limit: Self.maxPollBytes) else { break }
+            if reply.status != 200 {
                 // The place is gone; a room_gone body says why.
-                if let frame = try? RoomFrameCodec.decodeServer(data) { continuation.yield(frame) }
+                if let frame = try? RoomFrameCodec.decodeServer(reply.body) { continuation.yield(frame) }
                 break
             }
-            if let last = http.value(forHTTPHeaderField: "Rally-Last-Seq").flatMap(UInt64.init) { after = last }
-            for line in data.split(separator: UInt8(ascii: "\n")) {
+            if let last = reply.roomLastSeq.flatMap(UInt64.init) { after = last }
+            for line in reply.body.split(separator: UInt8(ascii: "\n")) {
                 if let frame = try? RoomFrameCodec.decodeServer(Data(line)), frame != .pong {
                     continuation.yield(frame)
                 }
@@ -308,23 +320,20 @@ actor HTTPCallChannel: CallSignalingChannel {
         request.setValue("application/json", forHTTPHeaderField: "Content-Type")
         request.setValue(token, forHTTPHeaderField: "Rally-Room-Token")
         request.httpBody = RoomFrameCodec.encode(frame)
-        guard let (data, response) = try? await session.data(for: request),
-            let http = response as? HTTPURLResponse
-        else {
-            pollTask?.cancel()
-            finish()
+        guard let reply = try? await Self.perform(request, on: exchange) else {
+            await close()
             return false
         }
-        if http.statusCode == 200, let reply = try? RoomFrameCodec.decodeServer(data), reply != .pong {
-            continuation.yield(reply)
+        if reply.status == 200, let answer = try? RoomFrameCodec.decodeServer(reply.body), answer != .pong {
+            continuation.yield(answer)
         }
-        return http.statusCode < 300
+        return reply.status < 300
     }
 
     func close() async {
         pollTask?.cancel()
         finish()
-        session.invalidateAndCancel()
+        exchange.shutDown(.disconnected("the call's signaling closed"))
     }
 }
 
@@ -374,11 +383,11 @@ public enum CallRooms {
     }
 
     private static func perform(_ request: URLRequest) async throws(CallError) -> (Data, Int) {
-        let session = HTTPCallChannel.makeSession()
-        defer { session.finishTasksAndInvalidate() }
+        let exchange = HTTPCallChannel.makeExchange()
+        defer { exchange.shutDown(.disconnected("done")) }
         do {
-            let (data, response) = try await session.data(for: request)
-            return (data, (response as? HTTPURLResponse)?.statusCode ?? 0)
+            let reply = try await HTTPCallChannel.perform(request, on: exchange)
+            return (reply.body, reply.status)
         } catch {
             throw .unreachable("\(error)")
         }

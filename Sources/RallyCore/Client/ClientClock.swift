@@ -8,10 +8,22 @@ public struct ClientClock: Sendable {
     public let now: @Sendable () -> Date
     /// Waits `duration` (throws when the task is cancelled).
     public let sleep: @Sendable (Duration) async throws -> Void
+    /// Waits until `deadline` on this clock (throws when the task is
+    /// cancelled). A timer armed for a deadline keeps it, however long the
+    /// task takes to start sleeping.
+    public let sleepUntil: @Sendable (Date) async throws -> Void
 
-    public init(now: @escaping @Sendable () -> Date, sleep: @escaping @Sendable (Duration) async throws -> Void) {
+    public init(
+        now: @escaping @Sendable () -> Date, sleep: @escaping @Sendable (Duration) async throws -> Void,
+        sleepUntil: (@Sendable (Date) async throws -> Void)? = nil
+    ) {
         self.now = now
         self.sleep = sleep
+        self.sleepUntil =
+            sleepUntil ?? { deadline in
+                let remaining = deadline.timeIntervalSince(now())
+                if remaining > 0 { try await sleep(.milliseconds(Int64((remaining * 1000).rounded(.up)))) }
+            }
     }
 
     /// The system's clock and `Task.sleep`.

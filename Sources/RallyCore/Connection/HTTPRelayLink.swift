@@ -462,6 +462,9 @@ struct HTTPRelayReply: Sendable {
     /// The body exceeded the request's limit; it was dropped unread.
     var oversized = false
     var limit: Int
+    /// The call rooms' long polls: the last sequence number the answer
+    /// carries.
+    var roomLastSeq: String? = nil
 
     private var isProtobuf: Bool {
         contentType?.lowercased().hasPrefix(Self.protobufContentType) == true
@@ -703,7 +706,7 @@ final class HTTPExchange: NSObject, URLSessionDataDelegate, @unchecked Sendable 
                     status: response.statusCode, body: request.body,
                     contentType: response.value(forHTTPHeaderField: "Content-Type"),
                     retryAfter: response.value(forHTTPHeaderField: "Retry-After"), oversized: request.oversized,
-                    limit: request.limit))
+                    limit: request.limit, roomLastSeq: response.value(forHTTPHeaderField: "Rally-Last-Seq")))
         } else {
             result = .failure(.protocolViolation("no HTTP response from \(request.url.absoluteString)"))
         }
