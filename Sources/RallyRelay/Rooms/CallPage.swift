@@ -1,3 +1,4 @@
+import Foundation
 import HTTPTypes
 import Hummingbird
 import NIOCore
@@ -28,13 +29,25 @@ enum CallPage {
         ]
     }
 
+    /// For working on the page: with `RALLY_CALL_PAGE_DIR` set (to a copy
+    /// of Web/call/), the relay reads the page's files from there on each
+    /// request instead of the embedded copies. Only the embedded files'
+    /// names are looked up, so nothing else in the directory is served.
+    static let developmentDirectory = ProcessInfo.processInfo.environment["RALLY_CALL_PAGE_DIR"]
+
     static func response(_ name: String) -> Response {
         guard let file = CallPageAssets.files[name] else {
             return Response(status: .notFound, headers: headers(contentType: "text/plain; charset=utf-8"))
         }
+        var text = file.text
+        if let directory = developmentDirectory,
+            let fresh = try? String(contentsOfFile: directory + "/" + name, encoding: .utf8)
+        {
+            text = fresh
+        }
         return Response(
             status: .ok, headers: headers(contentType: file.contentType),
-            body: .init(byteBuffer: ByteBuffer(string: file.text)))
+            body: .init(byteBuffer: ByteBuffer(string: text)))
     }
 
     static func addRoutes(to router: Router<RelayRequestContext>) {
