@@ -42,6 +42,8 @@ public enum CallError: Error, Sendable, Equatable, CustomStringConvertible {
     case refused(code: String, message: String)
     case media(String)
     case badLink(CallLinkError)
+    /// Only the home that created a room keeps its end token.
+    case notCreatedHere(String)
 
     public var description: String {
         switch self {
@@ -52,6 +54,8 @@ public enum CallError: Error, Sendable, Equatable, CustomStringConvertible {
         case .refused(let code, let message): "The relay refused: \(message) (\(code))."
         case .media(let reason): "Camera and microphone are needed for a call (\(reason))."
         case .badLink(let error): error.description
+        case .notCreatedHere(let room):
+            "This home did not create call \(room), so it cannot end it. Leave the call instead, or end it from the home that created it."
         }
     }
 }

@@ -154,6 +154,9 @@ final class LocalStore: Sendable {
                 table.column("expires_at_ms", .integer).notNull().indexed()
             }
         }
+        migrator.registerMigration("v10-call-rooms") { db in
+            try CallRoomRecord.createTable(db)
+        }
         return migrator
     }
 
