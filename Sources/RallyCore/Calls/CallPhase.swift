@@ -105,6 +105,8 @@ public struct CallSnapshot: Sendable, Equatable {
     public var pending: CallLadder.Step?
     /// The signaling transport in use.
     public var transport: CallSignalingTransport = .webSocket
+    /// Haptics the status machine asked for so far (entering retrying).
+    public var haptics = 0
 
     public init() {}
 }

@@ -350,7 +350,7 @@ public actor CallSession {
                 statusTimer?.cancel()
                 statusTimer = after(.milliseconds(max(0, at - nowMillis))) { session in session.statusTimerFired() }
             case .haptic:
-                break
+                snapshot.haptics += 1
             }
         }
         snapshot.status = machine.presentation
@@ -374,6 +374,7 @@ public actor CallSession {
             snapshot.error = error
             set(phase: .error)
             await shutDown()
+            for observer in observers.values { observer.finish() }
         }
     }
 
