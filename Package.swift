@@ -134,6 +134,7 @@ let package = Package(
                 "RallyCore", "RallyRelay", "RallyCrypto", "RallyWire",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
                 .product(name: "Logging", package: "swift-log"),
             ],
             path: "Sources/RallyBench",

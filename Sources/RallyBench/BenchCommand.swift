@@ -5,13 +5,13 @@ import RallyRelay
 
 /// `rally-bench`: benchmarks that print measurements, kept out of the
 /// `rally` CLI. Run them built for release:
-/// `swift run -c release rally-bench relay|group|join|reconnect`.
+/// `swift run -c release rally-bench relay|group|join|reconnect|vault|call`.
 @main
 struct BenchCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "rally-bench", abstract: "Benchmarks that print measurements.",
         subcommands: [
-            RelayBench.self, GroupBench.self, JoinBench.self, ReconnectBench.self, VaultBench.self,
+            RelayBench.self, GroupBench.self, JoinBench.self, ReconnectBench.self, VaultBench.self, CallBench.self,
             ChildRelayCommand.self,
         ])
 }
@@ -41,6 +41,8 @@ struct ChildRelayCommand: AsyncParsableCommand {
         limits.publishBurstPerIP = 1_000_000
         limits.maxConnectionsPerIP = 100_000
         limits.maxConnections = maxConnections
+        limits.rooms.createRatePerSecondPerIP = 1_000_000
+        limits.rooms.createBurstPerIP = 1_000_000
         let configuration = RelayConfiguration(
             host: "127.0.0.1", port: port, dataDirectory: URL(fileURLWithPath: data), limits: limits)
         try await RelayMain.run(configuration: configuration, logger: logger)
