@@ -6,7 +6,10 @@
 #
 # Needed on Debian/Ubuntu: zlib1g-dev (CompressNIO builds against the system
 # zlib) and libsqlite3-dev (the build) and zbar-tools (`zbarimg`, the real QR
-# decoder the QR tests read codes with).
+# decoder the QR tests read codes with); for the browser call client's
+# tests nodejs (`node --test` on its modules and the shared vector files),
+# and chromium, chromium-driver and python3-selenium (two headless Chromium
+# pages in a call through a real relay).
 # As root they are installed with apt-get; otherwise the script names the
 # packages to install and stops before running anything.
 set -euo pipefail
@@ -18,6 +21,10 @@ case "$(uname -s)" in
     [ -f /usr/include/zlib.h ] || missing+=(zlib1g-dev)
     [ -f /usr/include/sqlite3.h ] || missing+=(libsqlite3-dev)
     command -v zbarimg >/dev/null 2>&1 || missing+=(zbar-tools)
+    command -v node >/dev/null 2>&1 || missing+=(nodejs)
+    [ -x /usr/bin/chromium ] || missing+=(chromium)
+    [ -x /usr/bin/chromedriver ] || missing+=(chromium-driver)
+    /usr/bin/python3 -c 'import selenium' >/dev/null 2>&1 || missing+=(python3-selenium)
     if [ ${#missing[@]} -gt 0 ]; then
       if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
         echo "scripts/test.sh: installing ${missing[*]}" >&2
@@ -35,7 +42,15 @@ case "$(uname -s)" in
       echo "scripts/test.sh: the QR tests need zbarimg, which is missing: brew install zbar" >&2
       exit 1
     fi
+    if ! command -v node >/dev/null 2>&1; then
+      echo "scripts/test.sh: the browser client's tests need Node.js, which is missing: brew install node" >&2
+      exit 1
+    fi
     ;;
 esac
+
+# The browser call client's modules against the shared vector files (the
+# same files the Swift tests replay), with Node's built-in test runner.
+node --test Tests/Browser/
 
 exec swift test "$@"

@@ -27,14 +27,6 @@ struct CallBench: AsyncParsableCommand {
         defer { relay.stop() }
         Output.write("relay: separate process pid \(relay.pid) on \(relay.url)")
 
-        let latencies = try await Self.roundTrips(relayURL: relay.url, count: roundTrips)
-        Output.write(
-            String(
-                format:
-                    "signaling offer → answer through the relay (sealed, WebSocket): %d round trips, p50 %.3f ms, p99 %.3f ms, max %.3f ms",
-                latencies.count, Self.percentile(latencies, 0.50), Self.percentile(latencies, 0.99),
-                latencies.max() ?? 0))
-
         let before = relay.residentKiB() ?? 0
         var created: [String] = []
         for _ in 0..<rooms { created.append(try await Self.createRoom(relayURL: relay.url)) }
@@ -52,6 +44,14 @@ struct CallBench: AsyncParsableCommand {
                 format: "  + one participant waiting in each (%d WebSockets): %d MiB (%.1f KiB per waiting room)",
                 rooms, afterJoin / 1024, Double(afterJoin - afterCreate) / Double(max(rooms, 1))))
         await waiting.close()
+
+        let latencies = try await Self.roundTrips(relayURL: relay.url, count: roundTrips)
+        Output.write(
+            String(
+                format:
+                    "signaling offer → answer through the relay (sealed, WebSocket): %d round trips, p50 %.3f ms, p99 %.3f ms, max %.3f ms",
+                latencies.count, Self.percentile(latencies, 0.50), Self.percentile(latencies, 0.99),
+                latencies.max() ?? 0))
 
         if browserRuns > 0 { try browser(runs: browserRuns) }
     }
@@ -135,7 +135,7 @@ struct CallBench: AsyncParsableCommand {
             process.waitUntilExit()
             guard let last = output.split(separator: "\n").last,
                 let object = try? JSONSerialization.jsonObject(with: Data(last.utf8)) as? [String: Any],
-                let milliseconds = object["time_to_media_ms"] as? Double
+                let milliseconds = (object["time_to_media_ms"] as? NSNumber)?.doubleValue
             else {
                 Output.write("browser time to media: the browser run failed:\n\(output)")
                 return

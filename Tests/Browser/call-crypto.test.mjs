@@ -6,6 +6,8 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import {
   SECRET_BYTES,
+  NONCE_BYTES,
+  TAG_BYTES,
   base64url,
   fromBase64url,
   newSecret,
@@ -14,6 +16,10 @@ import {
   sealText,
   openText,
 } from "../../Web/call/call-crypto.js";
+
+// Node 18 (Debian bookworm's nodejs) has WebCrypto but not as a global;
+// browsers and Node 19+ do.
+globalThis.crypto ??= (await import("node:crypto")).webcrypto;
 
 const file = JSON.parse(readFileSync(new URL("../../Spec/call-signal.vectors.json", import.meta.url), "utf8"));
 const sealing = file.vectors.filter((vector) => !("opens" in vector));
@@ -76,6 +82,47 @@ test("a random nonce seals differently each time, and both open", async () => {
   assert.notEqual(a, b);
   assert.equal(await openText(key, room, a), "same text");
   assert.equal(await openText(key, room, b), "same text");
+});
+
+test("open refuses a payload too short for a 12-byte nonce and a tag, before decrypting", async () => {
+  assert.equal(NONCE_BYTES, 12);
+  assert.equal(TAG_BYTES, 16);
+  const vector = sealing.find((v) => v.plaintext === "");
+  const key = await signalKey(vector.secret);
+  const whole = fromBase64url(vector.sealed);
+  assert.equal(whole.length, NONCE_BYTES + TAG_BYTES);
+  // Every shorter prefix: 0…11 bytes cannot hold the nonce, 12…27 the tag.
+  // The refusal is the length check's, not a decryption under a shorter
+  // nonce (the WebCrypto spec's AES-GCM takes an IV of any length).
+  for (let length = 0; length < whole.length; length += 1) {
+    const message = length < NONCE_BYTES ? /too short for a 12-byte nonce/ : /too short for a nonce and a tag/;
+    await assert.rejects(openText(key, vector.room, base64url(whole.slice(0, length))), message, `${length} bytes`);
+  }
+  assert.equal(await openText(key, vector.room, vector.sealed), "");
+});
+
+test("a payload sealed under a nonce of another length never opens, and sealText refuses one", async () => {
+  const vector = sealing[0];
+  const key = await signalKey(vector.secret);
+  for (const length of [0, 1, 8, 11, 13, 16]) {
+    await assert.rejects(sealText(key, vector.room, "text", new Uint8Array(length)), /a nonce is 12 bytes/, `${length}`);
+  }
+  // Sealed by hand under a 16-byte nonce (the WebCrypto spec takes any
+  // length; Node's refuses fewer than 12 bytes): read as a 12-byte nonce
+  // and the rest, it does not open.
+  const nonce = new Uint8Array(16).fill(7);
+  const sealed = new Uint8Array(
+    await crypto.subtle.encrypt(
+      { name: "AES-GCM", iv: nonce, additionalData: new TextEncoder().encode(vector.room) },
+      key,
+      new TextEncoder().encode("hello, call"),
+    ),
+  );
+  const payload = new Uint8Array(nonce.length + sealed.length);
+  payload.set(nonce, 0);
+  payload.set(sealed, nonce.length);
+  assert.ok(payload.length >= NONCE_BYTES + TAG_BYTES);
+  await assert.rejects(openText(key, vector.room, base64url(payload)));
 });
 
 test("base64url round-trips every byte value without padding", () => {

@@ -240,24 +240,14 @@ struct CallSessionTests {
     }
 
     @Test("seed case 7, cross-platform consistency: the browser's machine passes the same vector file as this one")
-    func crossPlatform() throws {
-        var root = URL(fileURLWithPath: #filePath)
-        while !FileManager.default.fileExists(atPath: root.appendingPathComponent("Package.swift").path) {
-            root.deleteLastPathComponent()
-        }
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = [
-            "node", "--test", "Tests/Browser/connection-status.test.mjs", "Tests/Browser/call-ladder.test.mjs",
-        ]
-        process.currentDirectoryURL = root
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = output
-        try process.run()
-        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
-        #expect(process.terminationStatus == 0, "\(text)")
+    func crossPlatform() async throws {
+        let (status, text) = try await runTool(
+            "/usr/bin/env",
+            [
+                "node", "--test", "Tests/Browser/connection-status.test.mjs", "Tests/Browser/call-ladder.test.mjs",
+                "Tests/Browser/call-crypto.test.mjs",
+            ])
+        #expect(status == 0, "\(text)")
         #expect(text.contains("# fail 0"))
         // The Swift machine replays the same file in ConnectionStatusMachineTests
         // and the ladder's in CallVectorTests.

@@ -131,3 +131,31 @@ public func onOwnThread<T: Sendable>(_ body: @escaping @Sendable () throws -> T)
         }
     }
 }
+
+/// The package's root directory (the one holding Package.swift), found from
+/// the calling test's source file.
+public func packageRoot(_ filePath: String = #filePath) -> URL {
+    var root = URL(fileURLWithPath: filePath)
+    while !FileManager.default.fileExists(atPath: root.appendingPathComponent("Package.swift").path) {
+        root.deleteLastPathComponent()
+    }
+    return root
+}
+
+/// Runs a tool from the package root to completion, its stdout and stderr
+/// together, waiting on a thread of its own (never on the concurrency pool).
+public func runTool(_ executable: String, _ arguments: [String]) async throws -> (status: Int32, output: String) {
+    try await onOwnThread {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: executable)
+        process.arguments = arguments
+        process.currentDirectoryURL = packageRoot()
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        process.standardError = pipe
+        try process.run()
+        let output = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        return (process.terminationStatus, output)
+    }
+}

@@ -6,6 +6,8 @@
 // (Spec/call-signal.vectors.json).
 
 export const SECRET_BYTES = 32;
+export const NONCE_BYTES = 12;
+export const TAG_BYTES = 16;
 const INFO = new TextEncoder().encode("rally-call-signal-v1");
 
 export function base64url(bytes) {
@@ -25,13 +27,13 @@ export function newSecret() {
   return base64url(crypto.getRandomValues(new Uint8Array(SECRET_BYTES)));
 }
 
-// The secret from a link's fragment, or null when it is not one.
+// The secret from a link's fragment, or null when it is not one: base64url
+// without padding of exactly SECRET_BYTES bytes (only 43 characters decode
+// to 32 bytes, so the length needs no check of its own).
 export function parseSecret(fragment) {
   const text = fragment.startsWith("#") ? fragment.slice(1) : fragment;
-  if (text.length !== 43) return null;
   try {
-    const bytes = fromBase64url(text);
-    return bytes.length === SECRET_BYTES ? text : null;
+    return fromBase64url(text).length === SECRET_BYTES ? text : null;
   } catch {
     return null;
   }
@@ -52,7 +54,10 @@ export async function seal(key, room, payload) {
   return sealText(key, room, JSON.stringify(payload));
 }
 
-export async function sealText(key, room, text, nonce = crypto.getRandomValues(new Uint8Array(12))) {
+export async function sealText(key, room, text, nonce = crypto.getRandomValues(new Uint8Array(NONCE_BYTES))) {
+  // AES-GCM takes other nonce lengths, but a payload is read as a 12-byte
+  // nonce first: any other length would seal what never opens.
+  if (nonce.length !== NONCE_BYTES) throw new Error(`a nonce is ${NONCE_BYTES} bytes, not ${nonce.length}`);
   const plaintext = new TextEncoder().encode(text);
   const sealed = new Uint8Array(
     await crypto.subtle.encrypt(
@@ -75,11 +80,16 @@ export async function open(key, room, data) {
 
 export async function openText(key, room, data) {
   const bytes = fromBase64url(data);
-  if (bytes.length < 12 + 16) throw new Error("sealed payload too short");
+  // The WebCrypto spec's AES-GCM takes an IV of any length, so a payload
+  // too short for a 12-byte nonce (and a tag) is refused here, never
+  // decrypted under whatever bytes it has.
+  const nonce = bytes.slice(0, NONCE_BYTES);
+  if (nonce.length !== NONCE_BYTES) throw new Error(`sealed payload too short for a ${NONCE_BYTES}-byte nonce`);
+  if (bytes.length < NONCE_BYTES + TAG_BYTES) throw new Error("sealed payload too short for a nonce and a tag");
   const plaintext = await crypto.subtle.decrypt(
-    { name: "AES-GCM", iv: bytes.slice(0, 12), additionalData: new TextEncoder().encode(room) },
+    { name: "AES-GCM", iv: nonce, additionalData: new TextEncoder().encode(room) },
     key,
-    bytes.slice(12),
+    bytes.slice(NONCE_BYTES),
   );
   return new TextDecoder().decode(plaintext);
 }

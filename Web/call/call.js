@@ -49,8 +49,34 @@ async function startCall() {
   }
 }
 
+const HOME_NOTES = {
+  left: "You left the call.",
+  ended: "The call has ended.",
+  expired: "The call expired.",
+  peer_left: "The other person left the call.",
+};
+
+// Home, in this document: the call page carries home's view, so leaving
+// works while the relay is out of reach (a navigation to /call would land
+// on the browser's error page). The address becomes home's, which also
+// takes the call's key out of this history entry.
 function goHome(reason) {
-  location.assign(reason ? `/call?left=${encodeURIComponent(reason)}` : "/call");
+  history.replaceState(null, "", reason ? `/call?left=${encodeURIComponent(reason)}` : "/call");
+  showHome();
+}
+
+function showHome() {
+  document.body.dataset.page = "home";
+  const room = $("room-view");
+  if (room) room.hidden = true;
+  $("home-view").hidden = false;
+  const left = new URLSearchParams(location.search).get("left");
+  $("home-note").textContent = left ? (HOME_NOTES[left] ?? "The call is over.") : "";
+  const start = $("start");
+  if (!start.dataset.bound) {
+    start.dataset.bound = "yes";
+    start.addEventListener("click", startCall);
+  }
 }
 
 // MARK: The call
@@ -78,16 +104,25 @@ class Call {
   async start() {
     setPhase("joining");
     this.key = await signalKey(this.secret);
+    let stream;
     try {
-      this.stream = await navigator.mediaDevices.getUserMedia({ audio: true, video: true });
-      $("local").srcObject = this.stream;
+      stream = await navigator.mediaDevices.getUserMedia({ audio: true, video: true });
     } catch (error) {
+      if (this.over) return;
       return this.fail(`Camera and microphone are needed for a call (${error.name}).`);
     }
+    if (this.over) {
+      // Left while the browser was asking for the camera: let it go.
+      for (const track of stream.getTracks()) track.stop();
+      return;
+    }
+    this.stream = stream;
+    $("local").srcObject = stream;
     this.makePeerConnection();
     try {
       await this.openSignaling(null);
     } catch (error) {
+      if (this.over) return;
       return this.refused(error);
     }
   }
@@ -146,6 +181,12 @@ class Call {
     this.signaling = channel;
     state.transport = this.transport;
     const joined = await channel.open(token ?? this.token ?? null);
+    if (this.over || this.signaling !== channel) {
+      // The call ended (or a newer channel replaced this one) while this
+      // join was on its way: give the place back to nobody, quietly.
+      channel.close();
+      throw { code: "superseded", message: "the call is over" };
+    }
     this.me = joined.participant;
     this.token = joined.token;
     record("joined", { participant: joined.participant, transport: this.transport });
@@ -176,6 +217,7 @@ class Call {
   }
 
   async onFrame(frame) {
+    if (this.over) return;
     switch (frame.type) {
       case "peer":
         record("peer", { participant: frame.participant, state: frame.state });
@@ -262,9 +304,11 @@ class Call {
       else if (effect === "haptic") record("haptic");
       else if (effect.schedule_timer_at_ms !== undefined) {
         clearTimeout(this.statusTimer);
+        // Rounded up: setTimeout drops the fraction of a millisecond, and a
+        // timer fired a hair early is only scheduled again (and again).
         this.statusTimer = setTimeout(
           () => this.apply(this.machine.handle("timer_fired", now())),
-          Math.max(0, effect.schedule_timer_at_ms - now()),
+          Math.max(0, Math.ceil(effect.schedule_timer_at_ms - now())),
         );
       }
     }
@@ -312,6 +356,7 @@ class Call {
       record("rung_failed", { rung: step.rung, code: error?.code ?? String(error) });
     }
     this.climbing = false;
+    if (this.over) return;
     const recovered =
       state.phase === "inCall" ? this.machine.status === "connected" : this.signaling && this.signaling.up;
     if (!recovered) this.climb();
@@ -343,6 +388,8 @@ class Call {
       if (this.signaling) this.signaling.close();
       if (this.pc) this.pc.close();
       if (this.stream) for (const track of this.stream.getTracks()) track.stop();
+      $("local").srcObject = null;
+      $("remote").srcObject = null;
       setPhase("idle");
       goHome(reason);
     }, 100);
@@ -390,13 +437,5 @@ if (match) {
     call.start();
   }
 } else {
-  $("start").addEventListener("click", startCall);
-  const left = new URLSearchParams(location.search).get("left");
-  const notes = {
-    left: "You left the call.",
-    ended: "The call has ended.",
-    expired: "The call expired.",
-    peer_left: "The other person left the call.",
-  };
-  if (left) $("home-note").textContent = notes[left] ?? "The call is over.";
+  showHome();
 }

@@ -14,6 +14,8 @@ enum CallPageAssets {
 // (Spec/call-signal.vectors.json).
 
 export const SECRET_BYTES = 32;
+export const NONCE_BYTES = 12;
+export const TAG_BYTES = 16;
 const INFO = new TextEncoder().encode("rally-call-signal-v1");
 
 export function base64url(bytes) {
@@ -33,13 +35,13 @@ export function newSecret() {
   return base64url(crypto.getRandomValues(new Uint8Array(SECRET_BYTES)));
 }
 
-// The secret from a link's fragment, or null when it is not one.
+// The secret from a link's fragment, or null when it is not one: base64url
+// without padding of exactly SECRET_BYTES bytes (only 43 characters decode
+// to 32 bytes, so the length needs no check of its own).
 export function parseSecret(fragment) {
   const text = fragment.startsWith("#") ? fragment.slice(1) : fragment;
-  if (text.length !== 43) return null;
   try {
-    const bytes = fromBase64url(text);
-    return bytes.length === SECRET_BYTES ? text : null;
+    return fromBase64url(text).length === SECRET_BYTES ? text : null;
   } catch {
     return null;
   }
@@ -60,7 +62,10 @@ export async function seal(key, room, payload) {
   return sealText(key, room, JSON.stringify(payload));
 }
 
-export async function sealText(key, room, text, nonce = crypto.getRandomValues(new Uint8Array(12))) {
+export async function sealText(key, room, text, nonce = crypto.getRandomValues(new Uint8Array(NONCE_BYTES))) {
+  // AES-GCM takes other nonce lengths, but a payload is read as a 12-byte
+  // nonce first: any other length would seal what never opens.
+  if (nonce.length !== NONCE_BYTES) throw new Error(`a nonce is ${NONCE_BYTES} bytes, not ${nonce.length}`);
   const plaintext = new TextEncoder().encode(text);
   const sealed = new Uint8Array(
     await crypto.subtle.encrypt(
@@ -83,11 +88,16 @@ export async function open(key, room, data) {
 
 export async function openText(key, room, data) {
   const bytes = fromBase64url(data);
-  if (bytes.length < 12 + 16) throw new Error("sealed payload too short");
+  // The WebCrypto spec's AES-GCM takes an IV of any length, so a payload
+  // too short for a 12-byte nonce (and a tag) is refused here, never
+  // decrypted under whatever bytes it has.
+  const nonce = bytes.slice(0, NONCE_BYTES);
+  if (nonce.length !== NONCE_BYTES) throw new Error(`sealed payload too short for a ${NONCE_BYTES}-byte nonce`);
+  if (bytes.length < NONCE_BYTES + TAG_BYTES) throw new Error("sealed payload too short for a nonce and a tag");
   const plaintext = await crypto.subtle.decrypt(
-    { name: "AES-GCM", iv: bytes.slice(0, 12), additionalData: new TextEncoder().encode(room) },
+    { name: "AES-GCM", iv: nonce, additionalData: new TextEncoder().encode(room) },
     key,
-    bytes.slice(12),
+    bytes.slice(NONCE_BYTES),
   );
   return new TextDecoder().decode(plaintext);
 }
@@ -207,8 +217,34 @@ async function startCall() {
   }
 }
 
+const HOME_NOTES = {
+  left: "You left the call.",
+  ended: "The call has ended.",
+  expired: "The call expired.",
+  peer_left: "The other person left the call.",
+};
+
+// Home, in this document: the call page carries home's view, so leaving
+// works while the relay is out of reach (a navigation to /call would land
+// on the browser's error page). The address becomes home's, which also
+// takes the call's key out of this history entry.
 function goHome(reason) {
-  location.assign(reason ? `/call?left=${encodeURIComponent(reason)}` : "/call");
+  history.replaceState(null, "", reason ? `/call?left=${encodeURIComponent(reason)}` : "/call");
+  showHome();
+}
+
+function showHome() {
+  document.body.dataset.page = "home";
+  const room = $("room-view");
+  if (room) room.hidden = true;
+  $("home-view").hidden = false;
+  const left = new URLSearchParams(location.search).get("left");
+  $("home-note").textContent = left ? (HOME_NOTES[left] ?? "The call is over.") : "";
+  const start = $("start");
+  if (!start.dataset.bound) {
+    start.dataset.bound = "yes";
+    start.addEventListener("click", startCall);
+  }
 }
 
 // MARK: The call
@@ -236,16 +272,25 @@ class Call {
   async start() {
     setPhase("joining");
     this.key = await signalKey(this.secret);
+    let stream;
     try {
-      this.stream = await navigator.mediaDevices.getUserMedia({ audio: true, video: true });
-      $("local").srcObject = this.stream;
+      stream = await navigator.mediaDevices.getUserMedia({ audio: true, video: true });
     } catch (error) {
+      if (this.over) return;
       return this.fail(`Camera and microphone are needed for a call (${error.name}).`);
     }
+    if (this.over) {
+      // Left while the browser was asking for the camera: let it go.
+      for (const track of stream.getTracks()) track.stop();
+      return;
+    }
+    this.stream = stream;
+    $("local").srcObject = stream;
     this.makePeerConnection();
     try {
       await this.openSignaling(null);
     } catch (error) {
+      if (this.over) return;
       return this.refused(error);
     }
   }
@@ -304,6 +349,12 @@ class Call {
     this.signaling = channel;
     state.transport = this.transport;
     const joined = await channel.open(token ?? this.token ?? null);
+    if (this.over || this.signaling !== channel) {
+      // The call ended (or a newer channel replaced this one) while this
+      // join was on its way: give the place back to nobody, quietly.
+      channel.close();
+      throw { code: "superseded", message: "the call is over" };
+    }
     this.me = joined.participant;
     this.token = joined.token;
     record("joined", { participant: joined.participant, transport: this.transport });
@@ -334,6 +385,7 @@ class Call {
   }
 
   async onFrame(frame) {
+    if (this.over) return;
     switch (frame.type) {
       case "peer":
         record("peer", { participant: frame.participant, state: frame.state });
@@ -420,9 +472,11 @@ class Call {
       else if (effect === "haptic") record("haptic");
       else if (effect.schedule_timer_at_ms !== undefined) {
         clearTimeout(this.statusTimer);
+        // Rounded up: setTimeout drops the fraction of a millisecond, and a
+        // timer fired a hair early is only scheduled again (and again).
         this.statusTimer = setTimeout(
           () => this.apply(this.machine.handle("timer_fired", now())),
-          Math.max(0, effect.schedule_timer_at_ms - now()),
+          Math.max(0, Math.ceil(effect.schedule_timer_at_ms - now())),
         );
       }
     }
@@ -470,6 +524,7 @@ class Call {
       record("rung_failed", { rung: step.rung, code: error?.code ?? String(error) });
     }
     this.climbing = false;
+    if (this.over) return;
     const recovered =
       state.phase === "inCall" ? this.machine.status === "connected" : this.signaling && this.signaling.up;
     if (!recovered) this.climb();
@@ -501,6 +556,8 @@ class Call {
       if (this.signaling) this.signaling.close();
       if (this.pc) this.pc.close();
       if (this.stream) for (const track of this.stream.getTracks()) track.stop();
+      $("local").srcObject = null;
+      $("remote").srcObject = null;
       setPhase("idle");
       goHome(reason);
     }, 100);
@@ -548,15 +605,7 @@ if (match) {
     call.start();
   }
 } else {
-  $("start").addEventListener("click", startCall);
-  const left = new URLSearchParams(location.search).get("left");
-  const notes = {
-    left: "You left the call.",
-    ended: "The call has ended.",
-    expired: "The call expired.",
-    peer_left: "The other person left the call.",
-  };
-  if (left) $("home-note").textContent = notes[left] ?? "The call is over.";
+  showHome();
 }
 
 """##
@@ -661,15 +710,18 @@ export class ConnectionStatusMachine {
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>Rally call</title>
 <link rel="stylesheet" href="/call/assets/call.css">
+<link rel="icon" href="data:,">
 <script type="module" src="/call/assets/call.js"></script>
 </head>
 <body data-page="home">
 <main>
+<section id="home-view">
 <h1>Rally call</h1>
 <p id="home-note" role="status"></p>
 <p>Start a call and send its link to the person you want to talk to. The link carries the call's key; the relay never sees it.</p>
 <button id="start" type="button">Start a call</button>
 <p id="home-error" role="alert"></p>
+</section>
 <p class="quiet">Phase: <span id="phase">idle</span></p>
 </main>
 </body>
@@ -687,10 +739,12 @@ export class ConnectionStatusMachine {
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>Rally call</title>
 <link rel="stylesheet" href="/call/assets/call.css">
+<link rel="icon" href="data:,">
 <script type="module" src="/call/assets/call.js"></script>
 </head>
 <body data-page="room">
 <main>
+<section id="room-view">
 <div id="badge" class="badge" role="status" hidden>
 <span id="badge-text"></span>
 <span id="badge-sub" hidden></span>
@@ -701,8 +755,18 @@ export class ConnectionStatusMachine {
 <video id="local" autoplay playsinline muted></video>
 </div>
 <p id="error" role="alert"></p>
-<p class="quiet">Phase: <span id="phase">idle</span></p>
 <button id="leave" type="button">Leave</button>
+</section>
+<!-- Home, shown in place when the call ends: leaving must work while the
+relay is out of reach, when loading /call would fail. -->
+<section id="home-view" hidden>
+<h1>Rally call</h1>
+<p id="home-note" role="status"></p>
+<p>Start a call and send its link to the person you want to talk to. The link carries the call's key; the relay never sees it.</p>
+<button id="start" type="button">Start a call</button>
+<p id="home-error" role="alert"></p>
+</section>
+<p class="quiet">Phase: <span id="phase">idle</span></p>
 </main>
 </body>
 </html>
