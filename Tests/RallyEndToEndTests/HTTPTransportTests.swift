@@ -530,7 +530,10 @@ struct HTTPTransportHostileServerTests {
             .stall(status: 200, headers: Self.protobuf, contentLength: 1_000, bodyPrefix: Data([0x0a]))
         }
         let identity = Identity(displayName: "victim")
-        let link = try await HTTPTransport(relayURL: server.url, requestTimeout: .milliseconds(300))
+        // Short enough to wait out twice, long enough that connecting (its
+        // /healthz answers at once) meets it on a machine busy with other
+        // suites, a headless browser among them.
+        let link = try await HTTPTransport(relayURL: server.url, requestTimeout: .seconds(2))
             .connect(as: identity)
         let inbox = try TopicName.inbox(identity.inboxID.rawValue)
         let (events, error) = await Self.drain(await link.subscribe(topic: inbox, after: 0, access: nil))

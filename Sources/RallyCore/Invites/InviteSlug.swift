@@ -128,14 +128,22 @@ public enum InviteLink {
     /// Extracts the slug from a link or returns the text if it is a bare
     /// slug. Whitespace around it (from copy and paste) is ignored.
     public static func slug(from text: String) throws(InviteError) -> String {
-        let trimmed = text.trimmingCharacters(in: .whitespacesAndNewlines)
+        let slash = UInt8(ascii: "/")
+        let question = UInt8(ascii: "?")
+        let hash = UInt8(ascii: "#")
+        // Pasted text often has no surrounding whitespace: skip the
+        // Foundation trim (a string search) when the ends are plain.
+        let plainEnds =
+            text.utf8.first.map { $0 > 0x20 && $0 < 0x7F } == true
+            && text.utf8.last.map { $0 > 0x20 && $0 < 0x7F } == true
+        let trimmed = plainEnds ? text : text.trimmingCharacters(in: .whitespacesAndNewlines)
         guard !trimmed.isEmpty else { throw .empty }
         guard trimmed.utf8.count <= InviteSlug.maxCharacters + 512 else {
             throw .tooLong(characters: trimmed.utf8.count, limit: InviteSlug.maxCharacters)
         }
         if trimmed.hasPrefix("rally://join/") {
             let slug = String(trimmed.dropFirst("rally://join/".count))
-            guard !slug.isEmpty, !slug.contains("/"), !slug.contains("?"), !slug.contains("#") else {
+            guard !slug.isEmpty, !slug.utf8.contains(where: { $0 == slash || $0 == question || $0 == hash }) else {
                 throw .notAnInviteLink(trimmed)
             }
             return slug
@@ -143,17 +151,18 @@ public enum InviteLink {
         if trimmed.hasPrefix("https://") || trimmed.hasPrefix("http://") {
             guard let url = URLComponents(string: trimmed) else { throw .notAnInviteLink(trimmed) }
             if url.path == "/join" {
-                guard let slug = url.fragment, !slug.isEmpty, !slug.contains("/"), !slug.contains("?"),
-                    !slug.contains("#")
+                guard let slug = url.fragment, !slug.isEmpty,
+                    !slug.utf8.contains(where: { $0 == slash || $0 == question || $0 == hash })
                 else { throw .notAnInviteLink(trimmed) }
                 return slug
             }
             guard url.path.hasPrefix("/join/") else { throw .notAnInviteLink(trimmed) }
             let slug = String(url.path.dropFirst("/join/".count))
-            guard !slug.isEmpty, !slug.contains("/") else { throw .notAnInviteLink(trimmed) }
+            guard !slug.isEmpty, !slug.utf8.contains(slash) else { throw .notAnInviteLink(trimmed) }
             return slug
         }
-        guard !trimmed.contains("://"), !trimmed.contains("/") else { throw .notAnInviteLink(trimmed) }
+        // A bare slug: no "/" (and so no "://").
+        guard !trimmed.utf8.contains(slash) else { throw .notAnInviteLink(trimmed) }
         return trimmed
     }
 }
