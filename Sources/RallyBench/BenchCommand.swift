@@ -5,13 +5,14 @@ import RallyRelay
 
 /// `rally-bench`: benchmarks that print measurements, kept out of the
 /// `rally` CLI. Run them built for release:
-/// `swift run -c release rally-bench relay|group|join|reconnect|vault|call`.
+/// `swift run -c release rally-bench relay|group|join|reconnect|vault|call|idle`.
 @main
 struct BenchCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "rally-bench", abstract: "Benchmarks that print measurements.",
         subcommands: [
             RelayBench.self, GroupBench.self, JoinBench.self, ReconnectBench.self, VaultBench.self, CallBench.self,
+            IdleBench.self,
             ChildRelayCommand.self,
         ])
 }

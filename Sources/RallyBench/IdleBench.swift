@@ -1,0 +1,105 @@
+import ArgumentParser
+import Foundation
+import Logging
+import RallyCore
+import RallyCrypto
+import RallyRelay
+import RallyWire
+
+/// `rally-bench idle`: the relay's resident memory with many authenticated,
+/// subscribed, idle WebSocket clients (each an identity of its own,
+/// subscribed to its inbox, caught up, then quiet but for its pings).
+/// Prints numbers; asserts nothing.
+struct IdleBench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "idle",
+        abstract: "Measure relay memory with many idle, authenticated, subscribed WebSocket clients.")
+
+    @Option(help: "Client counts at which memory is printed, ascending, comma-separated.")
+    var counts = "1000,10000"
+    @Option(help: "Clients connecting at once.") var parallel = 64
+
+    func run() async throws {
+        let counts = self.counts.split(separator: ",").compactMap { Int($0.trimmingCharacters(in: .whitespaces)) }
+        guard !counts.isEmpty, counts == counts.sorted(), counts.allSatisfy({ $0 > 0 }) else {
+            throw ValidationError("--counts: ascending positive numbers, e.g. 1000,10000")
+        }
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("rally-bench-idle-\(UUID())")
+        defer { try? FileManager.default.removeItem(at: root) }
+        let maxConnections = counts.last! + 100
+        let relay = try await RelayChild.start(
+            port: 0, data: root.appendingPathComponent("relay"), maxConnections: maxConnections)
+        defer { if relay.process.isRunning { kill(relay.process.processIdentifier, SIGKILL) } }
+        let logger = {
+            var logger = Logger(label: "rally.bench")
+            logger.logLevel = .error
+            return logger
+        }()
+        Output.write("relay: separate process pid \(relay.process.processIdentifier) on \(relay.url)")
+        let idle = Self.residentKiB(relay.process.processIdentifier) ?? 0
+        Output.write("relay resident memory (VmRSS) with no clients: \(idle / 1024) MiB")
+        Output.write("clients  relay VmRSS MiB  KiB per client  connect+subscribe s")
+
+        let relayURL = relay.url
+        var held: [RelayConnection] = []
+        var streams: [Task<Void, Never>] = []
+        for target in counts {
+            let started = ContinuousClock.now
+            while held.count < target {
+                let batch = min(parallel, target - held.count)
+                let opened = try await withThrowingTaskGroup(of: (RelayConnection, Task<Void, Never>).self) { group in
+                    let first = held.count
+                    for index in 0..<batch {
+                        let name = "idle-\(first + index)"
+                        group.addTask {
+                            let identity = Identity(displayName: name)
+                            let connection = try await RelayConnection.connect(
+                                to: relayURL, identity: identity, logger: logger)
+                            let topic = try TopicName.inbox(identity.inboxID.rawValue)
+                            let stream = await connection.subscribe(topic: topic, after: 0)
+                            let (caughtUp, signal) = AsyncStream.makeStream(of: Void.self)
+                            // Drains the stream for as long as the client is
+                            // held; the first caught-up says it is subscribed.
+                            let drain = Task {
+                                do {
+                                    for try await event in stream {
+                                        if case .caughtUp = event { signal.yield() }
+                                    }
+                                } catch {}
+                                signal.finish()
+                            }
+                            var iterator = caughtUp.makeAsyncIterator()
+                            guard await iterator.next() != nil else {
+                                throw ValidationError("client \(name) was not subscribed")
+                            }
+                            return (connection, drain)
+                        }
+                    }
+                    var opened: [(RelayConnection, Task<Void, Never>)] = []
+                    for try await pair in group { opened.append(pair) }
+                    return opened
+                }
+                held += opened.map(\.0)
+                streams += opened.map(\.1)
+            }
+            let seconds = (ContinuousClock.now - started).components
+            let rss = Self.residentKiB(relay.process.processIdentifier) ?? 0
+            Output.write(
+                String(
+                    format: "%7d  %15.1f  %14.1f  %19.1f", target, Double(rss) / 1024,
+                    Double(rss - idle) / Double(target),
+                    Double(seconds.seconds) + Double(seconds.attoseconds) / 1e18))
+        }
+        Output.write("(KiB per client: the rise over the idle relay divided by the clients held)")
+        for connection in held { await connection.close() }
+        for stream in streams { stream.cancel() }
+    }
+
+    static func residentKiB(_ pid: Int32) -> Int? {
+        guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return nil }
+        for line in status.split(separator: "\n") where line.hasPrefix("VmRSS:") {
+            return Int(line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "")
+        }
+        return nil
+    }
+}
