@@ -18,6 +18,9 @@ struct IdleBench: AsyncParsableCommand {
     @Option(help: "Client counts at which memory is printed, ascending, comma-separated.")
     var counts = "1000,10000"
     @Option(help: "Clients connecting at once.") var parallel = 64
+    @Option(help: "Measure a relay already running at this URL (e.g. one under a profiler) instead of starting one.")
+    var relayURL: String?
+    @Option(help: "With --relay-url: the relay's process id, whose memory is printed.") var relayPid: Int32?
 
     func run() async throws {
         let counts = self.counts.split(separator: ",").compactMap { Int($0.trimmingCharacters(in: .whitespaces)) }
@@ -27,20 +30,31 @@ struct IdleBench: AsyncParsableCommand {
         let root = FileManager.default.temporaryDirectory.appendingPathComponent("rally-bench-idle-\(UUID())")
         defer { try? FileManager.default.removeItem(at: root) }
         let maxConnections = counts.last! + 100
-        let relay = try await RelayChild.start(
-            port: 0, data: root.appendingPathComponent("relay"), maxConnections: maxConnections)
-        defer { if relay.process.isRunning { kill(relay.process.processIdentifier, SIGKILL) } }
+        var child: RelayChild?
+        let url: URL
+        let pid: Int32
+        if let relayURL, let given = URL(string: relayURL) {
+            url = given
+            pid = relayPid ?? 0
+        } else {
+            let relay = try await RelayChild.start(
+                port: 0, data: root.appendingPathComponent("relay"), maxConnections: maxConnections)
+            child = relay
+            url = relay.url
+            pid = relay.process.processIdentifier
+        }
+        defer { if let child, child.process.isRunning { kill(child.process.processIdentifier, SIGKILL) } }
         let logger = {
             var logger = Logger(label: "rally.bench")
             logger.logLevel = .error
             return logger
         }()
-        Output.write("relay: separate process pid \(relay.process.processIdentifier) on \(relay.url)")
-        let idle = Self.residentKiB(relay.process.processIdentifier) ?? 0
+        Output.write("relay: separate process pid \(pid) on \(url)")
+        let idle = Self.residentKiB(pid) ?? 0
         Output.write("relay resident memory (VmRSS) with no clients: \(idle / 1024) MiB")
         Output.write("clients  relay VmRSS MiB  KiB per client  connect+subscribe s")
 
-        let relayURL = relay.url
+        let relayURL = url
         var held: [RelayConnection] = []
         var streams: [Task<Void, Never>] = []
         for target in counts {
@@ -83,7 +97,7 @@ struct IdleBench: AsyncParsableCommand {
                 streams += opened.map(\.1)
             }
             let seconds = (ContinuousClock.now - started).components
-            let rss = Self.residentKiB(relay.process.processIdentifier) ?? 0
+            let rss = Self.residentKiB(pid) ?? 0
             Output.write(
                 String(
                     format: "%7d  %15.1f  %14.1f  %19.1f", target, Double(rss) / 1024,
