@@ -18,6 +18,15 @@ struct IdleBench: AsyncParsableCommand {
     @Option(help: "Client counts at which memory is printed, ascending, comma-separated.")
     var counts = "1000,10000"
     @Option(help: "Clients connecting at once.") var parallel = 64
+    @Option(
+        help: ArgumentHelp(
+            "How far each client goes: connect (a WebSocket and its challenge), authenticate, or subscribe (to its inbox; the default).",
+            valueName: "connect|authenticate|subscribe"))
+    var stage = Stage.subscribe
+
+    enum Stage: String, ExpressibleByArgument, Sendable {
+        case connect, authenticate, subscribe
+    }
     @Option(help: "Measure a relay already running at this URL (e.g. one under a profiler) instead of starting one.")
     var relayURL: String?
     @Option(help: "With --relay-url: the relay's process id, whose memory is printed.") var relayPid: Int32?
@@ -52,7 +61,7 @@ struct IdleBench: AsyncParsableCommand {
         Output.write("relay: separate process pid \(pid) on \(url)")
         let idle = Self.residentKiB(pid) ?? 0
         Output.write("relay resident memory (VmRSS) with no clients: \(idle / 1024) MiB")
-        Output.write("clients  relay VmRSS MiB  KiB per client  connect+subscribe s")
+        Output.write("clients (\(stage.rawValue))  relay VmRSS MiB  KiB per client  seconds to open them")
 
         let relayURL = url
         var held: [RelayConnection] = []
@@ -65,10 +74,11 @@ struct IdleBench: AsyncParsableCommand {
                     let first = held.count
                     for index in 0..<batch {
                         let name = "idle-\(first + index)"
-                        group.addTask {
+                        group.addTask { [stage] in
                             let identity = Identity(displayName: name)
                             let connection = try await RelayConnection.connect(
-                                to: relayURL, identity: identity, logger: logger)
+                                to: relayURL, identity: stage == .connect ? nil : identity, logger: logger)
+                            guard stage == .subscribe else { return (connection, Task {}) }
                             let topic = try TopicName.inbox(identity.inboxID.rawValue)
                             let stream = await connection.subscribe(topic: topic, after: 0)
                             let (caughtUp, signal) = AsyncStream.makeStream(of: Void.self)

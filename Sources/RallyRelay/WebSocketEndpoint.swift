@@ -48,22 +48,24 @@ enum WebSocketEndpoint {
                     return .success(false)
                 }
                 group.addTask {
-                    do {
-                        try await Task.sleep(for: services.limits.authTimeout)
-                    } catch {
-                        return .success(false)
-                    }
-                    return .success(await session.authTimeoutElapsed() == .close)
-                }
-                group.addTask {
-                    // The idle deadline is measured on the relay's clock;
-                    // this only decides how often to look at it.
+                    // One timer for both deadlines (a task per connection
+                    // fewer): the authentication deadline once, then the
+                    // idle check. The idle deadline is measured on the
+                    // relay's clock; this only decides how often to look.
                     let interval = min(max(services.limits.idleTimeout / 4, .milliseconds(10)), .seconds(5))
+                    let clock = ContinuousClock()
+                    let authDeadline = clock.now + services.limits.authTimeout
+                    var authChecked = false
                     while true {
+                        let wait = authChecked ? interval : min(interval, max(authDeadline - clock.now, .zero))
                         do {
-                            try await Task.sleep(for: interval)
+                            try await Task.sleep(for: wait)
                         } catch {
                             return .success(false)
+                        }
+                        if !authChecked, clock.now >= authDeadline {
+                            authChecked = true
+                            if await session.authTimeoutElapsed() == .close { return .success(true) }
                         }
                         if await session.idleCheck() == .close { return .success(true) }
                     }
