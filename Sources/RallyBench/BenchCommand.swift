@@ -57,3 +57,20 @@ enum Output {
         FileHandle.standardOutput.write(Data((line + "\n").utf8))
     }
 }
+
+/// A process's memory as Linux reports it in `/proc/<pid>/status`, in KiB.
+enum ProcessMemory {
+    /// Peak resident memory (`VmHWM`) of `pid`, or of this process.
+    static func peakKiB(pid: Int32? = nil) -> Int? { field("VmHWM:", pid: pid) }
+    /// Resident memory now (`VmRSS`) of `pid`, or of this process.
+    static func residentKiB(pid: Int32? = nil) -> Int? { field("VmRSS:", pid: pid) }
+
+    private static func field(_ name: String, pid: Int32?) -> Int? {
+        let path = pid.map { "/proc/\($0)/status" } ?? "/proc/self/status"
+        guard let status = try? String(contentsOfFile: path, encoding: .utf8) else { return nil }
+        for line in status.split(separator: "\n") where line.hasPrefix(name) {
+            return Int(line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "")
+        }
+        return nil
+    }
+}

@@ -27,13 +27,13 @@ struct CallBench: AsyncParsableCommand {
         defer { relay.stop() }
         Output.write("relay: separate process pid \(relay.pid) on \(relay.url)")
 
-        let before = relay.residentKiB() ?? 0
+        let before = ProcessMemory.residentKiB(pid: relay.pid) ?? 0
         var created: [String] = []
         for _ in 0..<rooms { created.append(try await Self.createRoom(relayURL: relay.url)) }
-        let afterCreate = relay.residentKiB() ?? 0
+        let afterCreate = ProcessMemory.residentKiB(pid: relay.pid) ?? 0
         let waiting = WaitingParticipants()
         for room in created { try await waiting.join(relayURL: relay.url, room: room) }
-        let afterJoin = relay.residentKiB() ?? 0
+        let afterJoin = ProcessMemory.residentKiB(pid: relay.pid) ?? 0
         Output.write("relay resident memory (VmRSS): idle relay \(before / 1024) MiB")
         Output.write(
             String(
@@ -45,13 +45,13 @@ struct CallBench: AsyncParsableCommand {
                 rooms, afterJoin / 1024, Double(afterJoin - afterCreate) / Double(max(rooms, 1))))
         await waiting.close()
 
-        let latencies = try await Self.roundTrips(relayURL: relay.url, count: roundTrips)
+        let latencies = try await Self.roundTrips(relayURL: relay.url, count: roundTrips).sorted()
         Output.write(
             String(
                 format:
                     "signaling offer → answer through the relay (sealed, WebSocket): %d round trips, p50 %.3f ms, p99 %.3f ms, max %.3f ms",
-                latencies.count, Self.percentile(latencies, 0.50), Self.percentile(latencies, 0.99),
-                latencies.max() ?? 0))
+                latencies.count, ReconnectBench.percentile(latencies, 0.50), ReconnectBench.percentile(latencies, 0.99),
+                latencies.last ?? 0))
 
         if browserRuns > 0 { try browser(runs: browserRuns) }
     }
@@ -87,7 +87,7 @@ struct CallBench: AsyncParsableCommand {
             while let frame = await alice.next() {
                 if case .signal(_, let data) = frame, seal.open(text: data) != nil { break }
             }
-            latencies.append((ContinuousClock.now - start).milliseconds)
+            latencies.append(GroupBench.milliseconds(ContinuousClock.now - start))
         }
         await alice.close()
         await bob.close()
@@ -96,12 +96,6 @@ struct CallBench: AsyncParsableCommand {
 
     static func createRoom(relayURL: URL) async throws -> String {
         try await CallRooms.create(relayURL: relayURL).link.room
-    }
-
-    static func percentile(_ values: [Double], _ fraction: Double) -> Double {
-        guard !values.isEmpty else { return 0 }
-        let sorted = values.sorted()
-        return sorted[min(sorted.count - 1, Int((Double(sorted.count - 1) * fraction).rounded()))]
     }
 
     // MARK: Browser
@@ -146,7 +140,7 @@ struct CallBench: AsyncParsableCommand {
             String(
                 format:
                     "browser time to media (two headless Chromium pages open the call → bytes received rising): %d runs, median %.0f ms, min %.0f ms, max %.0f ms",
-                times.count, Self.percentile(times, 0.5), times.min() ?? 0, times.max() ?? 0))
+                times.count, ReconnectBench.percentile(times.sorted(), 0.5), times.min() ?? 0, times.max() ?? 0))
     }
 }
 
@@ -228,22 +222,5 @@ actor WaitingParticipants {
     func close() async {
         for socket in sockets { await socket.close() }
         sockets.removeAll()
-    }
-}
-
-extension ChildRelay {
-    /// Resident memory now (VmRSS), in KiB.
-    func residentKiB() -> Int? {
-        guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return nil }
-        for line in status.split(separator: "\n") where line.hasPrefix("VmRSS:") {
-            return Int(line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "")
-        }
-        return nil
-    }
-}
-
-extension Duration {
-    fileprivate var milliseconds: Double {
-        Double(components.seconds) * 1000 + Double(components.attoseconds) / 1e15
     }
 }

@@ -59,9 +59,10 @@ struct IdleBench: AsyncParsableCommand {
             return logger
         }()
         Output.write("relay: separate process pid \(pid) on \(url)")
-        let idle = Self.residentKiB(pid) ?? 0
+        let idle = ProcessMemory.residentKiB(pid: pid) ?? 0
         Output.write("relay resident memory (VmRSS) with no clients: \(idle / 1024) MiB")
-        Output.write("clients (\(stage.rawValue))  relay VmRSS MiB  KiB per client  seconds to open them")
+        Output.write("each client: \(stage.rawValue)")
+        Output.write("clients  relay VmRSS MiB  KiB per client  seconds to open them")
 
         let relayURL = url
         var held: [RelayConnection] = []
@@ -106,24 +107,16 @@ struct IdleBench: AsyncParsableCommand {
                 held += opened.map(\.0)
                 streams += opened.map(\.1)
             }
-            let seconds = (ContinuousClock.now - started).components
-            let rss = Self.residentKiB(pid) ?? 0
+            let seconds = (ContinuousClock.now - started).seconds
+            let rss = ProcessMemory.residentKiB(pid: pid) ?? 0
             Output.write(
                 String(
                     format: "%7d  %15.1f  %14.1f  %19.1f", target, Double(rss) / 1024,
                     Double(rss - idle) / Double(target),
-                    Double(seconds.seconds) + Double(seconds.attoseconds) / 1e18))
+                    seconds))
         }
         Output.write("(KiB per client: the rise over the idle relay divided by the clients held)")
         for connection in held { await connection.close() }
         for stream in streams { stream.cancel() }
-    }
-
-    static func residentKiB(_ pid: Int32) -> Int? {
-        guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return nil }
-        for line in status.split(separator: "\n") where line.hasPrefix("VmRSS:") {
-            return Int(line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "")
-        }
-        return nil
     }
 }

@@ -123,7 +123,7 @@ struct ReconnectBench: AsyncParsableCommand {
         }
         Output.write("")
         Output.write(
-            "bench process peak memory (VmHWM): \(Self.peakMemoryKiB(pid: nil).map { "\($0 / 1024) MiB" } ?? "unknown")"
+            "bench process peak memory (VmHWM): \(ProcessMemory.peakKiB().map { "\($0 / 1024) MiB" } ?? "unknown")"
         )
     }
 
@@ -312,15 +312,6 @@ struct ReconnectBench: AsyncParsableCommand {
         FileHandle.standardError.write(Data(("reconnect: " + line + "\n").utf8))
     }
 
-    /// Peak resident memory of a process (nil: this one), in KiB.
-    static func peakMemoryKiB(pid: Int32?) -> Int? {
-        let path = pid.map { "/proc/\($0)/status" } ?? "/proc/self/status"
-        guard let status = try? String(contentsOfFile: path, encoding: .utf8) else { return nil }
-        for line in status.split(separator: "\n") where line.hasPrefix("VmHWM:") {
-            return Int(line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "")
-        }
-        return nil
-    }
 }
 
 /// When each client's follower reported `.caughtUp`, and how followers

@@ -138,13 +138,7 @@ struct ChildRelay {
         }
     }
 
-    func peakMemoryKiB() -> Int? {
-        guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return nil }
-        for line in status.split(separator: "\n") where line.hasPrefix("VmHWM:") {
-            return Int(line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "")
-        }
-        return nil
-    }
+    func peakMemoryKiB() -> Int? { ProcessMemory.peakKiB(pid: pid) }
 
     func stop() {
         process.interrupt()

@@ -35,18 +35,7 @@ struct CallOptions: ParsableArguments {
 
     var output: Output { Output(json: json) }
 
-    func book() throws -> CallBook {
-        do {
-            return try CallBook.open(home: client.homeURL)
-        } catch {
-            throw CallCommandError("cannot open \(client.homeURL.path): \(error)")
-        }
-    }
-}
-
-struct CallCommandError: Error, CustomStringConvertible {
-    let description: String
-    init(_ description: String) { self.description = description }
+    func book() throws -> CallBook { try CallBook.open(home: client.homeURL) }
 }
 
 struct CallRoomJSON: Encodable {
@@ -95,7 +84,7 @@ struct CallEndCommand: AsyncParsableCommand {
     func run() async throws {
         let id = (try? CallLink(parsing: room))?.room ?? room
         guard RoomWireLimits.isRoomID(id) else {
-            throw CallCommandError("\"\(room.terminalSafe)\" is not a call room id (32 lowercase hex digits) or link")
+            throw ValidationError("\"\(room.terminalSafe)\" is not a call room id (32 lowercase hex digits) or link")
         }
         try await options.book().end(room: id)
         struct EndedJSON: Encodable {
@@ -130,13 +119,13 @@ struct CallListCommand: AsyncParsableCommand {
 
 /// `rally call join`: takes part in a call's signaling with a scripted media
 /// engine (no camera here), printing every phase and connection status
-/// change, until the call ends, `--for` runs out, or Ctrl-C leaves it.
+/// change, until the call ends, `--seconds` runs out, or Ctrl-C leaves it.
 struct CallJoinCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "join",
         abstract: "Join a call as a signaling participant and print its phases and status.",
         discussion:
-            "Takes a call link, or the id of a room this home created. Ctrl-C (or --for) leaves the call. With --json, prints one JSON object per change."
+            "Takes a call link, or the id of a room this home created. Ctrl-C (or --seconds) leaves the call. With --json, prints one JSON object per change."
     )
 
     @OptionGroup var options: CallOptions
@@ -164,11 +153,11 @@ struct CallJoinCommand: AsyncParsableCommand {
         } catch {
             if RoomWireLimits.isRoomID(roomOrLink) {
                 if let room = try options.book().room(roomOrLink) { return room.link }
-                throw CallCommandError(
+                throw ValidationError(
                     "this home did not create call \(roomOrLink), so it does not have its key: join with the whole link (it ends in #<key>)"
                 )
             }
-            throw CallCommandError(error.description)
+            throw ValidationError(error.description)
         }
     }
 
@@ -182,25 +171,23 @@ struct CallJoinCommand: AsyncParsableCommand {
         var lastPhase: CallPhase?
         for await snapshot in updates {
             if output.json {
-                let message = snapshot.error?.description ?? snapshot.end?.message
                 output.emit(
                     ChangeJSON(
                         phase: snapshot.phase.rawValue, status: snapshot.status.status.rawValue,
                         indicator: snapshot.status.indicatorVisible, text: snapshot.status.text,
                         subText: snapshot.status.subText, showsLeave: snapshot.status.showsLeave,
                         participant: snapshot.participant, transport: snapshot.transport.rawValue,
-                        end: snapshot.end?.rawValue, message: message)
+                        end: snapshot.end?.rawValue, message: snapshot.outcome)
                 ) { "" }
             } else {
                 if snapshot.phase != lastPhase, let line = Self.line(for: snapshot) { Output.write(line) }
                 if snapshot.phase == .inCall, let line = printer.line(for: snapshot.status) { Output.write(line) }
             }
             lastPhase = snapshot.phase
-            if snapshot.phase == .error || (snapshot.phase == .idle && snapshot.end != nil) { break }
+            if snapshot.isOver { break }
         }
         leave.cancel()
-        let final = await session.current
-        if let error = final.error { throw CallCommandError(error.description) }
+        if let error = await session.current.error { throw error }
     }
 
     static func line(for snapshot: CallSnapshot) -> String? {
@@ -216,7 +203,7 @@ struct CallJoinCommand: AsyncParsableCommand {
     }
 }
 
-/// Leaves the call on Ctrl-C, SIGTERM or when `--for` runs out.
+/// Leaves the call on Ctrl-C, SIGTERM or when `--seconds` runs out.
 final class LeaveTrigger {
     private let sources: [any DispatchSourceSignal]
     private let timer: Task<Void, Never>?

@@ -18,27 +18,17 @@ enum Base64URL {
         var output = [UInt8]()
         output.reserveCapacity((data.count * 4 + 2) / 3)
         data.withUnsafeBytes { (bytes: UnsafeRawBufferPointer) in
+            // Three bytes (fewer at the end) make four characters (one more
+            // than the bytes at the end: no padding).
             var index = 0
-            while index + 3 <= bytes.count {
-                let chunk = UInt32(bytes[index]) << 16 | UInt32(bytes[index + 1]) << 8 | UInt32(bytes[index + 2])
-                output.append(alphabet[Int(chunk >> 18 & 63)])
-                output.append(alphabet[Int(chunk >> 12 & 63)])
-                output.append(alphabet[Int(chunk >> 6 & 63)])
-                output.append(alphabet[Int(chunk & 63)])
+            while index < bytes.count {
+                let taken = min(3, bytes.count - index)
+                var chunk: UInt32 = 0
+                for offset in 0..<3 {
+                    chunk = chunk << 8 | (offset < taken ? UInt32(bytes[index + offset]) : 0)
+                }
+                for position in 0...taken { output.append(alphabet[Int(chunk >> (18 - 6 * position) & 63)]) }
                 index += 3
-            }
-            switch bytes.count - index {
-            case 1:
-                let chunk = UInt32(bytes[index]) << 16
-                output.append(alphabet[Int(chunk >> 18 & 63)])
-                output.append(alphabet[Int(chunk >> 12 & 63)])
-            case 2:
-                let chunk = UInt32(bytes[index]) << 16 | UInt32(bytes[index + 1]) << 8
-                output.append(alphabet[Int(chunk >> 18 & 63)])
-                output.append(alphabet[Int(chunk >> 12 & 63)])
-                output.append(alphabet[Int(chunk >> 6 & 63)])
-            default:
-                break
             }
         }
         return String(decoding: output, as: UTF8.self)
@@ -52,31 +42,21 @@ enum Base64URL {
         let length = count / 4 * 3 + max(0, count % 4 - 1)
         var output = Data(count: length)
         let decoded = output.withUnsafeMutableBytes { (buffer: UnsafeMutableRawBufferPointer) -> Bool in
+            // Six bits in per character, a byte out whenever eight wait;
+            // the last character's spare bits are dropped.
             var written = 0
             var accumulator: UInt32 = 0
-            var held = 0
+            var bits = 0
             for byte in text {
                 let value = values[Int(byte)]
                 guard value != invalid else { return false }
                 accumulator = accumulator << 6 | UInt32(value)
-                held += 1
-                if held == 4 {
-                    buffer[written] = UInt8(truncatingIfNeeded: accumulator >> 16)
-                    buffer[written + 1] = UInt8(truncatingIfNeeded: accumulator >> 8)
-                    buffer[written + 2] = UInt8(truncatingIfNeeded: accumulator)
-                    written += 3
-                    accumulator = 0
-                    held = 0
+                bits += 6
+                if bits >= 8 {
+                    bits -= 8
+                    buffer[written] = UInt8(truncatingIfNeeded: accumulator >> bits)
+                    written += 1
                 }
-            }
-            switch held {
-            case 2:
-                buffer[written] = UInt8(truncatingIfNeeded: accumulator >> 4)
-            case 3:
-                buffer[written] = UInt8(truncatingIfNeeded: accumulator >> 10)
-                buffer[written + 1] = UInt8(truncatingIfNeeded: accumulator >> 2)
-            default:
-                break
             }
             return true
         }

@@ -72,8 +72,7 @@ public final class CallViewModel {
         showsLeave = shown.showsLeave
         hapticCount = snapshot.haptics
         error = snapshot.error
-        let over = snapshot.phase == .error || (snapshot.phase == .idle && snapshot.end != nil)
-        goesHome = over
-        homeMessage = over ? (snapshot.error?.description ?? snapshot.end?.message) : nil
+        goesHome = snapshot.isOver
+        homeMessage = snapshot.outcome
     }
 }

@@ -3,17 +3,13 @@
 // RallyCore's CallLadder. Run: node --test Tests/Browser/
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { readFileSync } from "node:fs";
+import { loadSpec, assertWellFormedFile } from "./spec-file.mjs";
 import { CallLadder, RUNGS, BACKOFF_BASE_MS, BACKOFF_CAP_MS, ceilingMs } from "../../Web/call/call-ladder.js";
 
-const file = JSON.parse(readFileSync(new URL("../../Spec/call-ladder.vectors.json", import.meta.url), "utf8"));
+const file = loadSpec("call-ladder.vectors.json");
 
 test("the vector file is well formed", () => {
-  assert.deepEqual(Object.keys(file).sort(), ["constants", "description", "format", "vectors"]);
-  assert.ok(file.description.length > 0 && file.format.length > 0);
-  assert.ok(file.vectors.length > 0);
-  const names = file.vectors.map((vector) => vector.name);
-  assert.equal(new Set(names).size, names.length, "vector names are unique");
+  assertWellFormedFile(file, ["constants", "description", "format", "vectors"]);
   for (const vector of file.vectors) {
     // Keys outside the format fail, so a typo cannot silently drop an expectation.
     for (const key of Object.keys(vector)) {

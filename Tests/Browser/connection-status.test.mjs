@@ -4,7 +4,7 @@
 // match every expectation exactly. Run: node --test Tests/Browser/
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { readFileSync } from "node:fs";
+import { loadSpec, assertWellFormedFile } from "./spec-file.mjs";
 import {
   ConnectionStatusMachine,
   INDICATOR_DELAY_MS,
@@ -13,9 +13,7 @@ import {
   LONGER_THAN_USUAL_TEXT,
 } from "../../Web/call/connection-status.js";
 
-const file = JSON.parse(
-  readFileSync(new URL("../../Spec/connection-status.vectors.json", import.meta.url), "utf8"),
-);
+const file = loadSpec("connection-status.vectors.json");
 
 const EVENTS = ["degraded", "recovered", "timer_fired", "user_left", "gone"];
 const REASONS = ["transport_error", "missed_pings", "network_change"];
@@ -23,11 +21,7 @@ const STATUSES = ["idle", "connected", "recovering", "retrying"];
 const EXPECT_KEYS = ["effects", "indicator_visible", "shows_leave", "status", "sub_text", "text"];
 
 test("the vector file is well formed", () => {
-  assert.deepEqual(Object.keys(file).sort(), ["constants", "description", "format", "vectors"]);
-  assert.ok(file.description.length > 0 && file.format.length > 0);
-  assert.ok(file.vectors.length > 0);
-  const names = file.vectors.map((vector) => vector.name);
-  assert.equal(new Set(names).size, names.length, "vector names are unique");
+  assertWellFormedFile(file, ["constants", "description", "format", "vectors"]);
   for (const vector of file.vectors) {
     // Keys outside the format fail, so a typo cannot silently drop an expectation.
     for (const key of Object.keys(vector)) {

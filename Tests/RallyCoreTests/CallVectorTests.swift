@@ -1,6 +1,7 @@
 import Foundation
 import RallyCore
 import RallyCrypto
+import RallyTestSupport
 import Testing
 
 // MARK: The shared vector files
@@ -9,14 +10,7 @@ import Testing
 /// (Tests/Browser/) replay too (each file's `format` field describes it).
 enum CallSpecFile {
     static func url(_ name: String) -> URL {
-        // Tests/RallyCoreTests/<this file> → the package root.
-        var directory = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
-        while !FileManager.default.fileExists(atPath: directory.appendingPathComponent("Package.swift").path) {
-            let parent = directory.deletingLastPathComponent()
-            precondition(parent != directory, "no Package.swift above \(#filePath)")
-            directory = parent
-        }
-        return directory.appendingPathComponent("Spec").appendingPathComponent(name)
+        packageRoot().appendingPathComponent("Spec").appendingPathComponent(name)
     }
 
     static func data(_ name: String) throws -> Data { try Data(contentsOf: url(name)) }

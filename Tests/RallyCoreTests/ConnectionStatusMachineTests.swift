@@ -27,16 +27,7 @@ struct ConnectionStatusVectorFile: Decodable, Sendable {
         }
     }
 
-    static var url: URL {
-        // Tests/RallyCoreTests/<this file> → the package root.
-        var directory = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
-        while !FileManager.default.fileExists(atPath: directory.appendingPathComponent("Package.swift").path) {
-            let parent = directory.deletingLastPathComponent()
-            precondition(parent != directory, "no Package.swift above \(#filePath)")
-            directory = parent
-        }
-        return directory.appendingPathComponent("Spec/connection-status.vectors.json")
-    }
+    static var url: URL { packageRoot().appendingPathComponent("Spec/connection-status.vectors.json") }
 
     static func data() throws -> Data { try Data(contentsOf: url) }
 

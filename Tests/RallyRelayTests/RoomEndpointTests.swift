@@ -331,14 +331,10 @@ struct RoomEndpointTests {
         let script = try await Self.http(relay, "GET", "/call/assets/call.js")
         #expect(script.headers["content-type"]?.hasPrefix("text/javascript") == true)
         #expect(try await Self.http(relay, "GET", "/call/assets/../../etc/passwd").status == 404)
-        #expect(try await Self.http(relay, "GET", "/call/assets/room.html").status == 404)
+        #expect(try await Self.http(relay, "GET", "/call/assets/call.html").status == 404)
 
         // The embedded copies are the files (scripts/embed-web.py).
-        var web = URL(fileURLWithPath: #filePath)
-        while !FileManager.default.fileExists(atPath: web.appendingPathComponent("Package.swift").path) {
-            web.deleteLastPathComponent()
-        }
-        web.appendPathComponent("Web/call")
+        let web = packageRoot().appendingPathComponent("Web/call")
         let names = try FileManager.default.contentsOfDirectory(atPath: web.path).filter {
             [".js", ".html", ".css"].contains(where: $0.hasSuffix)
         }

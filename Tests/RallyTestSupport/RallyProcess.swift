@@ -135,9 +135,11 @@ public func onOwnThread<T: Sendable>(_ body: @escaping @Sendable () throws -> T)
 /// The package's root directory (the one holding Package.swift), found from
 /// the calling test's source file.
 public func packageRoot(_ filePath: String = #filePath) -> URL {
-    var root = URL(fileURLWithPath: filePath)
+    var root = URL(fileURLWithPath: filePath).deletingLastPathComponent()
     while !FileManager.default.fileExists(atPath: root.appendingPathComponent("Package.swift").path) {
-        root.deleteLastPathComponent()
+        let parent = root.deletingLastPathComponent()
+        precondition(parent != root, "no Package.swift above \(filePath)")
+        root = parent
     }
     return root
 }

@@ -56,10 +56,10 @@ const HOME_NOTES = {
   peer_left: "The other person left the call.",
 };
 
-// Home, in this document: the call page carries home's view, so leaving
-// works while the relay is out of reach (a navigation to /call would land
-// on the browser's error page). The address becomes home's, which also
-// takes the call's key out of this history entry.
+// Home, in this document: the page carries home's view, so leaving works
+// while the relay is out of reach (a navigation to /call would land on the
+// browser's error page). The address becomes home's, which also takes the
+// call's key out of this history entry.
 function goHome(reason) {
   history.replaceState(null, "", reason ? `/call?left=${encodeURIComponent(reason)}` : "/call");
   showHome();
@@ -67,8 +67,7 @@ function goHome(reason) {
 
 function showHome() {
   document.body.dataset.page = "home";
-  const room = $("room-view");
-  if (room) room.hidden = true;
+  $("room-view").hidden = true;
   $("home-view").hidden = false;
   const left = new URLSearchParams(location.search).get("left");
   $("home-note").textContent = left ? (HOME_NOTES[left] ?? "The call is over.") : "";
@@ -422,6 +421,8 @@ class Call {
 
 const match = location.pathname.match(/^\/call\/([0-9a-f]{32})$/);
 if (match) {
+  document.body.dataset.page = "room";
+  $("room-view").hidden = false;
   const secret = parseSecret(location.hash);
   if (!secret) {
     $("error").textContent = "This call link is incomplete: its key (the part after #) is missing or damaged.";

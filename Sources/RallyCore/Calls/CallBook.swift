@@ -44,7 +44,13 @@ public struct CallBook: Sendable {
     /// Ends a room this home created, for everyone in it, and forgets it.
     /// A room the relay already ended (or let expire) is forgotten too.
     public func end(room: String) async throws(CallError) {
-        guard let kept = try? store.callRoom(room) else { throw .notCreatedHere(room) }
+        let found: Room?
+        do {
+            found = try store.callRoom(room)
+        } catch {
+            throw .refused(code: "store", message: "this home's store cannot be read: \(error)")
+        }
+        guard let kept = found else { throw .notCreatedHere(room) }
         do {
             try await CallRooms.end(relayURL: kept.link.relayURL, room: room, endToken: kept.endToken)
         } catch .refused(code: "room_gone", _) {

@@ -109,4 +109,11 @@ public struct CallSnapshot: Sendable, Equatable {
     public var haptics = 0
 
     public init() {}
+
+    /// The call is over: it ended (back to `idle` with a reason) or the
+    /// join was refused (`error`). A screen goes home.
+    public var isOver: Bool { phase == .error || (phase == .idle && end != nil) }
+
+    /// What home says about it: why the join failed, or how the call ended.
+    public var outcome: String? { isOver ? (error?.description ?? end?.message) : nil }
 }

@@ -2,11 +2,11 @@ import Foundation
 import HTTPTypes
 import Hummingbird
 import NIOCore
-import RallyWire
 
 /// The browser call client (Web/call/, embedded by scripts/embed-web.py):
-/// `/call` is the home page, `/call/<room>` the call page (the same bytes
-/// for every room: the key is in the fragment, which browsers never send),
+/// one page, `call.html`, at `/call` (home) and `/call/<room>` (a call; the
+/// same bytes for every room: the key is in the fragment, which browsers
+/// never send),
 /// `/call/assets/<file>` its modules and style. No inline script, no
 /// third-party origin: the page may talk to this relay only.
 enum CallPage {
@@ -51,13 +51,9 @@ enum CallPage {
     }
 
     static func addRoutes(to router: Router<RelayRequestContext>) {
-        router.get("/call") { _, _ in response("home.html") }
-        router.get("/call/{room}") { _, context in
-            guard let room = context.parameters.get("room"), RoomWireLimits.isRoomID(room) else {
-                return response("home.html")
-            }
-            return response("room.html")
-        }
+        // One page: its script shows home or the call by the address.
+        router.get("/call") { _, _ in response("call.html") }
+        router.get("/call/{room}") { _, _ in response("call.html") }
         router.get("/call/assets/{file}") { _, context in
             let name = context.parameters.get("file") ?? ""
             guard !name.hasSuffix(".html") else { return response("") }

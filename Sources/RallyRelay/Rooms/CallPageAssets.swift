@@ -163,6 +163,52 @@ video { width: 100%; background: #000; border-radius: .5rem; }
 
 """##
         ),
+        "call.html": (
+            "text/html; charset=utf-8",
+            ##"""
+<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>Rally call</title>
+<link rel="stylesheet" href="/call/assets/call.css">
+<link rel="icon" href="data:,">
+<script type="module" src="/call/assets/call.js"></script>
+</head>
+<body>
+<main>
+<!-- One page for home (/call) and a call (/call/<room>): call.js shows
+the view the address asks for, and switches to home in place when the
+call ends (leaving must work while the relay is out of reach, when
+loading /call would fail). -->
+<section id="room-view" hidden>
+<div id="badge" class="badge" role="status" hidden>
+<span id="badge-text"></span>
+<span id="badge-sub" hidden></span>
+<a id="leave-link" href="/call" hidden>Leave call</a>
+</div>
+<div class="videos">
+<video id="remote" autoplay playsinline></video>
+<video id="local" autoplay playsinline muted></video>
+</div>
+<p id="error" role="alert"></p>
+<button id="leave" type="button">Leave</button>
+</section>
+<section id="home-view" hidden>
+<h1>Rally call</h1>
+<p id="home-note" role="status"></p>
+<p>Start a call and send its link to the person you want to talk to. The link carries the call's key; the relay never sees it.</p>
+<button id="start" type="button">Start a call</button>
+<p id="home-error" role="alert"></p>
+</section>
+<p class="quiet">Phase: <span id="phase">idle</span></p>
+</main>
+</body>
+</html>
+
+"""##
+        ),
         "call.js": (
             "text/javascript; charset=utf-8",
             ##"""
@@ -224,10 +270,10 @@ const HOME_NOTES = {
   peer_left: "The other person left the call.",
 };
 
-// Home, in this document: the call page carries home's view, so leaving
-// works while the relay is out of reach (a navigation to /call would land
-// on the browser's error page). The address becomes home's, which also
-// takes the call's key out of this history entry.
+// Home, in this document: the page carries home's view, so leaving works
+// while the relay is out of reach (a navigation to /call would land on the
+// browser's error page). The address becomes home's, which also takes the
+// call's key out of this history entry.
 function goHome(reason) {
   history.replaceState(null, "", reason ? `/call?left=${encodeURIComponent(reason)}` : "/call");
   showHome();
@@ -235,8 +281,7 @@ function goHome(reason) {
 
 function showHome() {
   document.body.dataset.page = "home";
-  const room = $("room-view");
-  if (room) room.hidden = true;
+  $("room-view").hidden = true;
   $("home-view").hidden = false;
   const left = new URLSearchParams(location.search).get("left");
   $("home-note").textContent = left ? (HOME_NOTES[left] ?? "The call is over.") : "";
@@ -590,6 +635,8 @@ class Call {
 
 const match = location.pathname.match(/^\/call\/([0-9a-f]{32})$/);
 if (match) {
+  document.body.dataset.page = "room";
+  $("room-view").hidden = false;
   const secret = parseSecret(location.hash);
   if (!secret) {
     $("error").textContent = "This call link is incomplete: its key (the part after #) is missing or damaged.";
@@ -697,79 +744,6 @@ export class ConnectionStatusMachine {
     };
   }
 }
-
-"""##
-        ),
-        "home.html": (
-            "text/html; charset=utf-8",
-            ##"""
-<!doctype html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>Rally call</title>
-<link rel="stylesheet" href="/call/assets/call.css">
-<link rel="icon" href="data:,">
-<script type="module" src="/call/assets/call.js"></script>
-</head>
-<body data-page="home">
-<main>
-<section id="home-view">
-<h1>Rally call</h1>
-<p id="home-note" role="status"></p>
-<p>Start a call and send its link to the person you want to talk to. The link carries the call's key; the relay never sees it.</p>
-<button id="start" type="button">Start a call</button>
-<p id="home-error" role="alert"></p>
-</section>
-<p class="quiet">Phase: <span id="phase">idle</span></p>
-</main>
-</body>
-</html>
-
-"""##
-        ),
-        "room.html": (
-            "text/html; charset=utf-8",
-            ##"""
-<!doctype html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>Rally call</title>
-<link rel="stylesheet" href="/call/assets/call.css">
-<link rel="icon" href="data:,">
-<script type="module" src="/call/assets/call.js"></script>
-</head>
-<body data-page="room">
-<main>
-<section id="room-view">
-<div id="badge" class="badge" role="status" hidden>
-<span id="badge-text"></span>
-<span id="badge-sub" hidden></span>
-<a id="leave-link" href="/call" hidden>Leave call</a>
-</div>
-<div class="videos">
-<video id="remote" autoplay playsinline></video>
-<video id="local" autoplay playsinline muted></video>
-</div>
-<p id="error" role="alert"></p>
-<button id="leave" type="button">Leave</button>
-</section>
-<!-- Home, shown in place when the call ends: leaving must work while the
-relay is out of reach, when loading /call would fail. -->
-<section id="home-view" hidden>
-<h1>Rally call</h1>
-<p id="home-note" role="status"></p>
-<p>Start a call and send its link to the person you want to talk to. The link carries the call's key; the relay never sees it.</p>
-<button id="start" type="button">Start a call</button>
-<p id="home-error" role="alert"></p>
-</section>
-<p class="quiet">Phase: <span id="phase">idle</span></p>
-</main>
-</body>
-</html>
 
 """##
         ),
