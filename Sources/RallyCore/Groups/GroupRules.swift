@@ -169,6 +169,9 @@ enum GroupRules {
         case deleteGroupLink
         case setAdmission(GroupAdmission)
         case addPending(PendingMember, Admission?)
+        /// Several admissions in one commit (``add`` and ``addPending``
+        /// only), applied in order.
+        case admitMany([Mutation])
         case admitPending(InboxID, GroupRole)
         case rejectPending(InboxID)
         case invite(InvitedMember)
@@ -291,27 +294,13 @@ enum GroupRules {
         switch commit.action {
         case .addMember(let add)?:
             if let problem = require(.admin) ?? noKeys { return .failure(problem) }
-            guard !state.needsRekey else { return .failure(.rekeyPending) }
-            guard let role = GroupRole(wire: add.role) else { return .failure(.invalidRole) }
-            guard role <= actor else { return .failure(.insufficientRole(needed: role, actual: actor)) }
-            let identity: PublicIdentity
-            do {
-                identity = try PublicIdentity(wire: add.member)
-            } catch {
-                return .failure(.invalidTarget(error.description))
+            return checkAdd(add, actor: actor, author: author, against: state).map { mutation, effect in
+                Change(mutation: mutation, rekeys: false, effects: [effect])
             }
-            guard state.members[identity.inboxID] == nil else { return .failure(.alreadyMember(identity.inboxID)) }
-            var admission: Admission?
-            if add.hasViaInvite {
-                switch checkAdmission(add.viaInvite, of: identity.inboxID, against: state) {
-                case .failure(let rejection): return .failure(rejection)
-                case .success(let admitted): admission = admitted
-                }
-            }
-            return .success(
-                Change(
-                    mutation: .add(identity, role, admission), rekeys: false,
-                    effects: [.memberAdded(identity.inboxID, role)]))
+
+        case .addMembers(let batch)?:
+            if let problem = require(.admin) ?? noKeys { return .failure(problem) }
+            return checkAddBatch(batch, actor: actor, author: author, against: state)
 
         case .removeMember(let remove)?:
             if let problem = require(.admin) { return .failure(problem) }
@@ -482,24 +471,8 @@ enum GroupRules {
             // Admins' clients answer join requests: they alone hold the
             // invite identity that reads them.
             if let problem = require(.admin) ?? noKeys { return .failure(problem) }
-            guard let role = GroupRole(wire: add.role) else { return .failure(.invalidRole) }
-            guard role <= actor else { return .failure(.insufficientRole(needed: role, actual: actor)) }
-            guard let identity = try? PublicIdentity(wire: add.member) else {
-                return .failure(.invalidTarget("pending member keys"))
-            }
-            let inbox = identity.inboxID
-            guard state.members[inbox] == nil else { return .failure(.alreadyMember(inbox)) }
-            guard state.pending[inbox] == nil else { return .failure(.alreadyPending(inbox)) }
-            guard add.hasViaInvite else { return .failure(.invalidTarget("a pending joiner comes through an invite")) }
-            switch checkAdmission(add.viaInvite, of: inbox, against: state) {
-            case .failure(let rejection):
-                return .failure(rejection)
-            case .success(let admission):
-                let member = PendingMember(
-                    identity: identity, role: role, addedBy: author.inboxID, inviteTag: add.viaInvite.inviteTag,
-                    joinRequestID: add.viaInvite.joinRequestID)
-                return .success(
-                    Change(mutation: .addPending(member, admission), rekeys: false, effects: [.pendingAdded(inbox)]))
+            return checkAddPending(add, actor: actor, author: author, against: state).map { mutation, effect in
+                Change(mutation: mutation, rekeys: false, effects: [effect])
             }
 
         case .admitPending(let admit)?:
@@ -565,6 +538,99 @@ enum GroupRules {
         case .create?, nil:
             return .failure(.emptyAction)
         }
+    }
+
+    /// One member added by an admin, or admitted through an invite.
+    static func checkAdd(
+        _ add: WireAddMember, actor: GroupRole, author: PublicIdentity, against state: GroupState
+    ) -> Result<(Mutation, GroupEffect), GroupRejection> {
+        guard !state.needsRekey else { return .failure(.rekeyPending) }
+        guard let role = GroupRole(wire: add.role) else { return .failure(.invalidRole) }
+        guard role <= actor else { return .failure(.insufficientRole(needed: role, actual: actor)) }
+        let identity: PublicIdentity
+        do {
+            identity = try PublicIdentity(wire: add.member)
+        } catch {
+            return .failure(.invalidTarget(error.description))
+        }
+        guard state.members[identity.inboxID] == nil else { return .failure(.alreadyMember(identity.inboxID)) }
+        var admission: Admission?
+        if add.hasViaInvite {
+            switch checkAdmission(add.viaInvite, of: identity.inboxID, against: state) {
+            case .failure(let rejection): return .failure(rejection)
+            case .success(let admitted): admission = admitted
+            }
+        }
+        return .success((.add(identity, role, admission), .memberAdded(identity.inboxID, role)))
+    }
+
+    /// One joiner queued for approval through an invite.
+    static func checkAddPending(
+        _ add: WireAddPending, actor: GroupRole, author: PublicIdentity, against state: GroupState
+    ) -> Result<(Mutation, GroupEffect), GroupRejection> {
+        guard let role = GroupRole(wire: add.role) else { return .failure(.invalidRole) }
+        guard role <= actor else { return .failure(.insufficientRole(needed: role, actual: actor)) }
+        guard let identity = try? PublicIdentity(wire: add.member) else {
+            return .failure(.invalidTarget("pending member keys"))
+        }
+        let inbox = identity.inboxID
+        guard state.members[inbox] == nil else { return .failure(.alreadyMember(inbox)) }
+        guard state.pending[inbox] == nil else { return .failure(.alreadyPending(inbox)) }
+        guard add.hasViaInvite else { return .failure(.invalidTarget("a pending joiner comes through an invite")) }
+        switch checkAdmission(add.viaInvite, of: inbox, against: state) {
+        case .failure(let rejection):
+            return .failure(rejection)
+        case .success(let admission):
+            let member = PendingMember(
+                identity: identity, role: role, addedBy: author.inboxID, inviteTag: add.viaInvite.inviteTag,
+                joinRequestID: add.viaInvite.joinRequestID)
+            return .success((.addPending(member, admission), .pendingAdded(inbox)))
+        }
+    }
+
+    /// Most joiners one admission batch names: each entry carries a key
+    /// bundle (about 300 bytes), so a full batch stays far inside an
+    /// envelope.
+    static let maxAdmissionBatch = 200
+
+    /// A batch of admissions: each entry is checked as its single form on
+    /// the state the entries before it leave, so a single-use invite
+    /// admits one joiner of a batch and the same joiner never comes twice.
+    static func checkAddBatch(
+        _ batch: WireAddMembers, actor: GroupRole, author: PublicIdentity, against state: GroupState
+    ) -> Result<Change, GroupRejection> {
+        let count = batch.members.count + batch.pending.count
+        guard count > 0 else { return .failure(.invalidTarget("the commit names no joiner")) }
+        guard count <= maxAdmissionBatch else {
+            return .failure(.invalidTarget("a commit admits at most \(maxAdmissionBatch) joiners"))
+        }
+        var running = state
+        var mutations: [Mutation] = []
+        var effects: [GroupEffect] = []
+        mutations.reserveCapacity(count)
+        effects.reserveCapacity(count)
+        func take(_ checked: Result<(Mutation, GroupEffect), GroupRejection>) -> GroupRejection? {
+            switch checked {
+            case .failure(let rejection):
+                return rejection
+            case .success(let (mutation, effect)):
+                running.mutate(mutation, author: author)
+                mutations.append(mutation)
+                effects.append(effect)
+                return nil
+            }
+        }
+        for add in batch.members {
+            if let rejection = take(checkAdd(add, actor: actor, author: author, against: running)) {
+                return .failure(rejection)
+            }
+        }
+        for add in batch.pending {
+            if let rejection = take(checkAddPending(add, actor: actor, author: author, against: running)) {
+                return .failure(rejection)
+            }
+        }
+        return .success(Change(mutation: .admitMany(mutations), rekeys: false, effects: effects))
     }
 
     /// The members a batch names: each a member other than the author,

@@ -112,7 +112,21 @@ public struct GroupState: Sendable, Equatable {
     }
 
     private mutating func mutate(with change: GroupRules.Change, author: PublicIdentity) {
-        switch change.mutation {
+        mutate(change.mutation, author: author)
+        if let rotation = change.inviteRotation { setUpInvites(rotation.identity, tag: rotation.tag) }
+        if change.rekeys { needsRekey = false }
+        if case .leave(let inbox) = change.mutation {
+            needsRekey = !members.isEmpty
+            if change.leaverWasAdmin, inviteIdentity != nil, inbox == author.inboxID { invitesNeedRotation = true }
+        }
+    }
+
+    /// What one mutation changes. The rules run a batch's entries through
+    /// it one by one, checking each on the state the ones before it leave.
+    mutating func mutate(_ mutation: GroupRules.Mutation, author: PublicIdentity) {
+        switch mutation {
+        case .admitMany(let mutations):
+            for each in mutations { mutate(each, author: author) }
         case .create(let profile):
             isCreated = true
             self.profile = profile
@@ -177,12 +191,6 @@ public struct GroupState: Sendable, Equatable {
             inviteTag = tag
         case .explode:
             exploded = true
-        }
-        if let rotation = change.inviteRotation { setUpInvites(rotation.identity, tag: rotation.tag) }
-        if change.rekeys { needsRekey = false }
-        if case .leave(let inbox) = change.mutation {
-            needsRekey = !members.isEmpty
-            if change.leaverWasAdmin, inviteIdentity != nil, inbox == author.inboxID { invitesNeedRotation = true }
         }
     }
 

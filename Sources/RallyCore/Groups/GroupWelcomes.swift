@@ -255,9 +255,9 @@ struct GroupWelcomes: Sendable {
         // queue, where the joiner's keys were recorded by an admin's commit.
         let needed: GroupRole
         switch commit.commit.action {
-        case .addMember(let add)?:
-            guard let added = try? PublicIdentity(wire: add.member), added.hasSameKeys(as: identity.publicIdentity)
-            else { return .failure(.notInTheLog("entry #\(welcome.snapshotSeq) does not add this member")) }
+        case .addMember(let add)? where Self.adds(add, identity.publicIdentity):
+            needed = .admin
+        case .addMembers(let batch)? where batch.members.contains(where: { Self.adds($0, identity.publicIdentity) }):
             needed = .admin
         case .admitPending(let admit)? where admit.inboxID == identity.inboxID.rawValue:
             needed = .moderator
@@ -278,6 +278,10 @@ struct GroupWelcomes: Sendable {
             GroupRecord(
                 groupID: welcome.groupID, topicID: welcome.topicID, state: state, status: .active,
                 accessSecret: access.secretBytes, epochLink: welcome.epochLink, lastControlSeq: welcome.snapshotSeq))
+    }
+
+    private static func adds(_ add: WireAddMember, _ joiner: PublicIdentity) -> Bool {
+        (try? PublicIdentity(wire: add.member))?.hasSameKeys(as: joiner) ?? false
     }
 
     /// Reads the one entry at `seq` of a topic. Refusals mean the welcome's

@@ -191,18 +191,56 @@ struct InviterDesk: Sendable {
     }
 
     /// Follows one group's invite inbox: every request is decided, acted on
-    /// and recorded before `handler` sees the report.
+    /// and recorded before `handler` sees the report. Requests are read and
+    /// answered side by side: those that arrive while a batch is being
+    /// answered make the next batch, one commit for all of them.
     func followJoinRequests(
         groupID: String, seed: SymmetricKey, untilCaughtUp: Bool,
-        handler: @Sendable (JoinRequestReport) async -> Void
+        handler: @escaping @Sendable (JoinRequestReport) async -> Void
     ) async throws(RallyClientError) {
         guard let keys = try? InviteKeys(seed: seed) else { return }
         let inviteContext = await inviteContext(keys)
-        let desk = JoinRequestHandler(desk: self, groupID: groupID, keys: keys, inviteContext: inviteContext)
-        try await inviteContext.followTopic(inviteContext.inboxTopic, untilCaughtUp: untilCaughtUp) {
-            envelope throws(RallyClientError) in
-            await handler(try await desk.handle(envelope))
+        let answerer = JoinRequestHandler(desk: self, groupID: groupID, keys: keys, inviteContext: inviteContext)
+        let queue = JoinRequestQueue()
+        let outcome = await withTaskGroup(of: RallyClientError?.self) { group -> RallyClientError? in
+            group.addTask {
+                var failure: RallyClientError?
+                do throws(RallyClientError) {
+                    try await inviteContext.followTopic(
+                        inviteContext.inboxTopic, untilCaughtUp: untilCaughtUp,
+                        process: { envelope throws(RallyClientError) in await queue.add(envelope) },
+                        caughtUp: { await queue.markCaughtUp() })
+                } catch {
+                    failure = error
+                }
+                await queue.finish()
+                return failure
+            }
+            group.addTask {
+                var failure: RallyClientError?
+                while !Task.isCancelled {
+                    let batch = await queue.take()
+                    if batch.isEmpty { break }
+                    do throws(RallyClientError) {
+                        let reports = try await answerer.handle(batch)
+                        for report in reports { await handler(report) }
+                    } catch {
+                        failure = error
+                        break
+                    }
+                }
+                await queue.finish()
+                return failure
+            }
+            for await failure in group {
+                if let failure {
+                    group.cancelAll()
+                    return failure
+                }
+            }
+            return nil
         }
+        if let outcome { throw outcome }
     }
 }
 

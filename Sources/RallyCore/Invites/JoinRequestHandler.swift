@@ -16,57 +16,123 @@ struct JoinRequestHandler: Sendable {
 
     private var context: ClientContext { desk.context }
 
-    func handle(_ envelope: WireEnvelope) async throws(RallyClientError) -> JoinRequestReport {
-        let topic = inviteContext.inboxTopic
+    /// One request of a batch, as read from the invite inbox.
+    private struct Read {
+        let seq: UInt64
+        /// Nil when the envelope does not open: no provable sender.
+        let asked: JoinRequestPolicy.Asked?
+        let problem: String
+    }
+
+    /// What was finally done with one request.
+    private struct Answer {
+        var decision: JoinRequestDecision
+        var errorSent = false
+    }
+
+    /// Answers a batch of requests, oldest first: every admission among
+    /// them goes into one commit (and one round of welcomes), so joiners
+    /// who ask at once are admitted at once. Each request is recorded, with
+    /// the inbox cursor, only after its answer went out, in seq order.
+    func handle(_ envelopes: [WireEnvelope]) async throws(RallyClientError) -> [JoinRequestReport] {
+        let reads = envelopes.map(read)
+        var decisions = try decide(reads)
+        // An admission reads the log to its head and decides again before
+        // it commits; any other answer is final, so it is given on the group
+        // as it is now (a revocation or an explosion may have just landed).
+        if decisions.contains(where: { $0 != nil && !$0!.isAdmission }), (try? context.store.group(groupID)) != nil {
+            do {
+                try await desk.log.sync(groupID)
+                decisions = try decide(reads)
+            } catch {
+                context.logger.warning("could not sync group \(groupID) before answering join requests: \(error)")
+            }
+        }
+        var answers: [Int: Answer] = [:]
+        var admissions: [(index: Int, asked: JoinRequestPolicy.Asked, admission: JoinRequestDecision.Admission)] = []
+        for (index, decision) in decisions.enumerated() {
+            guard let decision, let asked = reads[index].asked else { continue }
+            if case .admit(let admission) = decision {
+                admissions.append((index, asked, admission))
+            } else {
+                answers[index] = try await perform(decision, asked: asked)
+            }
+        }
+        for chunk in stride(from: 0, to: admissions.count, by: GroupRules.maxAdmissionBatch) {
+            let part = Array(admissions[chunk..<min(chunk + GroupRules.maxAdmissionBatch, admissions.count)])
+            let answered = try await admit(part.map { ($0.asked, $0.admission) })
+            for (offset, answer) in answered.enumerated() { answers[part[offset].index] = answer }
+        }
+        var reports: [JoinRequestReport] = []
+        reports.reserveCapacity(reads.count)
+        for (index, read) in reads.enumerated() {
+            reports.append(try record(read, answers[index]))
+        }
+        return reports
+    }
+
+    private func read(_ envelope: WireEnvelope) -> Read {
         let verified: VerifiedMessage
         do {
             verified = try MessageSealing.open(envelope.payload, as: keys.identity)
         } catch {
             // No provable sender: nobody to answer or block.
             context.logger.warning("invite inbox of \(groupID): dropped envelope #\(envelope.seq): \(error)")
-            try finish(nil, nil, .ignored, "\(error)", block: false, topic, envelope.seq)
-            return JoinRequestReport(
-                groupID: groupID, seq: envelope.seq, requestID: nil, joiner: nil, decision: nil, errorSent: false)
+            return Read(seq: envelope.seq, asked: nil, problem: "\(error)")
         }
-        let requestID = verified.messageID
-        let joiner = verified.sender
         let decoded = context.codecs.decode(verified.body.content)
         let request = decoded.contentType == JoinRequestCodec.contentType ? decoded.value as? WireJoinRequest : nil
-        let asked = JoinRequestPolicy.Asked(requestID: requestID, sender: joiner, request: request, keys: keys)
-        var decision = try decide(asked)
-        // An admission reads the log to its head and decides again before
-        // it commits; any other answer is final, so it is given on the group
-        // as it is now (a revocation or an explosion may have just landed).
-        if !decision.isAdmission, (try? context.store.group(groupID)) != nil {
-            do {
-                try await desk.log.sync(groupID)
-                decision = try decide(asked)
-            } catch {
-                context.logger.warning("could not sync group \(groupID) before answering a join request: \(error)")
-            }
-        }
-        let (final, errorSent) = try await perform(decision, asked: asked)
-        let (outcome, detail) = final.recorded
-        if outcome == .blocked { context.logger.warning("blocked \(joiner.inboxID): \(detail ?? "")") }
-        // A duplicate keeps the record of the first handling.
-        let record: String? = final == .duplicate ? nil : requestID.hexString
-        try finish(record, joiner.inboxID, outcome, detail, block: outcome == .blocked, topic, envelope.seq)
-        return JoinRequestReport(
-            groupID: groupID, seq: envelope.seq, requestID: requestID.hexString, joiner: joiner.inboxID,
-            decision: final, errorSent: errorSent)
+        return Read(
+            seq: envelope.seq,
+            asked: JoinRequestPolicy.Asked(
+                requestID: verified.messageID, sender: verified.sender, request: request, keys: keys),
+            problem: "")
     }
 
-    private func decide(_ asked: JoinRequestPolicy.Asked) throws(RallyClientError) -> JoinRequestDecision {
+    /// Decides every request of a batch on the group as stored. A request
+    /// seen earlier in the batch is a duplicate, and a sender the batch
+    /// blocked is ignored from then on, as if each had been recorded.
+    private func decide(_ reads: [Read]) throws(RallyClientError) -> [JoinRequestDecision?] {
         let store = context.store
         let groupID = groupID
         let me = context.identity.inboxID
         let now = context.clock.now()
         return try context.stored { () throws(LocalStoreError) in
-            asked.decide(
-                groupID: groupID, group: try store.group(groupID), me: me,
-                seenBefore: try store.joinRequestSeen(asked.requestID.hexString),
-                senderBlocked: try store.isBlocked(asked.sender.inboxID, group: groupID), now: now)
+            let group = try store.group(groupID)
+            var seen: Set<Data> = []
+            var blocked: Set<InboxID> = []
+            return try reads.map { read throws(LocalStoreError) in
+                guard let asked = read.asked else { return nil }
+                var seenBefore = !seen.insert(asked.requestID).inserted
+                if !seenBefore { seenBefore = try store.joinRequestSeen(asked.requestID.hexString) }
+                var senderBlocked = blocked.contains(asked.sender.inboxID)
+                if !senderBlocked { senderBlocked = try store.isBlocked(asked.sender.inboxID, group: groupID) }
+                let decision = asked.decide(
+                    groupID: groupID, group: group, me: me, seenBefore: seenBefore, senderBlocked: senderBlocked,
+                    now: now)
+                if case .block = decision { blocked.insert(asked.sender.inboxID) }
+                return decision
+            }
         }
+    }
+
+    /// Records one answered request with the inbox cursor.
+    private func record(_ read: Read, _ answer: Answer?) throws(RallyClientError) -> JoinRequestReport {
+        let topic = inviteContext.inboxTopic
+        guard let asked = read.asked, let answer else {
+            try finish(nil, nil, .ignored, read.problem, block: false, topic, read.seq)
+            return JoinRequestReport(
+                groupID: groupID, seq: read.seq, requestID: nil, joiner: nil, decision: nil, errorSent: false)
+        }
+        let joiner = asked.sender
+        let (outcome, detail) = answer.decision.recorded
+        if outcome == .blocked { context.logger.warning("blocked \(joiner.inboxID): \(detail ?? "")") }
+        // A duplicate keeps the record of the first handling.
+        let requestID: String? = answer.decision == .duplicate ? nil : asked.requestID.hexString
+        try finish(requestID, joiner.inboxID, outcome, detail, block: outcome == .blocked, topic, read.seq)
+        return JoinRequestReport(
+            groupID: groupID, seq: read.seq, requestID: asked.requestID.hexString, joiner: joiner.inboxID,
+            decision: answer.decision, errorSent: answer.errorSent)
     }
 
     private func finish(
@@ -81,18 +147,16 @@ struct JoinRequestHandler: Sendable {
         }
     }
 
-    /// Carries out a decision. An admission is committed on the latest
-    /// state, deciding again on every rebuild, so a use taken meanwhile
-    /// turns it into the matching error. Returns what was finally done.
+    /// Carries out a decision other than an admission.
     private func perform(
         _ decision: JoinRequestDecision, asked: JoinRequestPolicy.Asked
-    ) async throws(RallyClientError) -> (JoinRequestDecision, Bool) {
+    ) async throws(RallyClientError) -> Answer {
         let joiner = asked.sender
         switch decision {
         case .duplicate, .ignoredBlockedSender, .block, .notForThisClient:
-            return (decision, false)
+            return Answer(decision: decision)
         case .reject(let type, let reason):
-            return (decision, await sendJoinError(type, reason: reason, asked: asked))
+            return Answer(decision: decision, errorSent: await sendJoinError(type, reason: reason, asked: asked))
         case .alreadyMember(let groupID, let tag):
             do {
                 try await desk.welcomes.send(
@@ -101,69 +165,142 @@ struct JoinRequestHandler: Sendable {
             } catch {
                 context.logger.warning("could not welcome \(joiner.inboxID) back into \(groupID): \(error)")
             }
-            return (decision, false)
+            return Answer(decision: decision)
         case .awaitingApproval(let groupID, _):
-            return (decision, await sendPendingNotice(groupID: groupID, asked: asked))
+            return Answer(decision: decision, errorSent: await sendPendingNotice(groupID: groupID, asked: asked))
         case .declineInvitation(let groupID):
             do {
                 try await desk.committer.withdrawInvitation(of: asked.sender.inboxID, in: groupID, declined: true)
             } catch .group(.commitRejected(.notInvited)) {
                 // Withdrawn meanwhile: nothing left to decline.
             }
-            return (decision, false)
+            return Answer(decision: decision)
         case .admit(let admission):
-            var overtaken: JoinRequestDecision = .duplicate
-            var queued = false
-            let committed: Data?
-            let committer = desk.committer
-            let groupID = groupID
-            let me = context.identity.inboxID
-            let now = context.clock.now()
-            do {
-                committed = try await committer.commit(groupID) { state throws(RallyClientError) in
+            return try await admit([(asked, admission)])[0]
+        }
+    }
+
+    /// Admits a batch in one commit built on the latest state, deciding
+    /// each request again on the state the ones before it leave: a use
+    /// taken meanwhile, or by an earlier request of the batch, turns that
+    /// request into the matching answer. Then one round of welcomes and
+    /// approval notices. Returns the answers in the batch's order.
+    private func admit(
+        _ batch: [(asked: JoinRequestPolicy.Asked, admission: JoinRequestDecision.Admission)]
+    ) async throws(RallyClientError) -> [Answer] {
+        var overtaken: [Int: JoinRequestDecision] = [:]
+        var queued: Set<Int> = []
+        let committer = desk.committer
+        let groupID = groupID
+        let me = context.identity.inboxID
+        let author = context.identity.publicIdentity
+        let now = context.clock.now()
+        let committed: Data?
+        do {
+            committed = try await committer.commit(groupID) { state throws(RallyClientError) in
+                overtaken = [:]
+                queued = []
+                // Not an admin any more: every decision below says so.
+                let actor = state.role(of: me) ?? .observer
+                var running = state
+                var added = WireAddMembers()
+                for (index, (asked, _)) in batch.enumerated() {
                     let again = asked.decide(
                         groupID: groupID,
-                        group: GroupRecord(groupID: groupID, topicID: "", state: state, status: .active),
+                        group: GroupRecord(groupID: groupID, topicID: "", state: running, status: .active),
                         me: me, seenBefore: false, senderBlocked: false, now: now)
                     guard case .admit(let current) = again else {
-                        overtaken = again
-                        return nil
+                        overtaken[index] = again
+                        continue
                     }
-                    var commit = committer.newCommit(on: state)
-                    queued = current.approval
-                    if current.invitation {
-                        commit.addMember.member = joiner.wireBundle
-                        commit.addMember.role = current.role.wire
-                    } else if current.approval {
-                        commit.addPending.member = joiner.wireBundle
-                        commit.addPending.role = current.role.wire
-                        commit.addPending.viaInvite = current.wire
+                    let checked: Result<(GroupRules.Mutation, GroupEffect), GroupRejection>
+                    if current.approval && !current.invitation {
+                        var pending = WireAddPending()
+                        pending.member = asked.sender.wireBundle
+                        pending.role = current.role.wire
+                        pending.viaInvite = current.wire
+                        checked = GroupRules.checkAddPending(pending, actor: actor, author: author, against: running)
+                        if case .success = checked {
+                            added.pending.append(pending)
+                            queued.insert(index)
+                        }
                     } else {
-                        commit.addMember.member = joiner.wireBundle
-                        commit.addMember.role = current.role.wire
-                        commit.addMember.viaInvite = current.wire
+                        var member = WireAddMember()
+                        member.member = asked.sender.wireBundle
+                        member.role = current.role.wire
+                        if !current.invitation { member.viaInvite = current.wire }
+                        checked = GroupRules.checkAdd(member, actor: actor, author: author, against: running)
+                        if case .success = checked { added.members.append(member) }
                     }
-                    return commit
+                    switch checked {
+                    case .success(let (mutation, _)):
+                        running.mutate(mutation, author: author)
+                    case .failure(let rejection):
+                        overtaken[index] = JoinRequestPolicy.answer(
+                            to: rejection, groupID: groupID, tag: current.tag, maxUses: current.maxUses)
+                    }
                 }
-            } catch .group(.commitRejected(let rejection)) {
-                // The rules caught what the decision did not (a race inside
-                // one epoch): answer as the rules say.
-                return try await perform(
+                var commit = committer.newCommit(on: state)
+                switch (added.members.count, added.pending.count) {
+                case (0, 0): return nil
+                case (1, 0): commit.addMember = added.members[0]
+                case (0, 1): commit.addPending = added.pending[0]
+                default: commit.addMembers = added
+                }
+                return commit
+            }
+        } catch .group(.commitRejected(let rejection)) {
+            // The rules caught what the decisions did not (a race inside
+            // one epoch). A batch is answered one request at a time; a
+            // single request as the rules say.
+            guard batch.count == 1 else {
+                var answers: [Answer] = []
+                for entry in batch { answers += try await admit([entry]) }
+                return answers
+            }
+            let admission = batch[0].admission
+            return [
+                try await perform(
                     JoinRequestPolicy.answer(
-                        to: rejection, groupID: groupID, tag: admission.tag, maxUses: admission.maxUses), asked: asked)
+                        to: rejection, groupID: groupID, tag: admission.tag, maxUses: admission.maxUses),
+                    asked: batch[0].asked)
+            ]
+        }
+        let welcomes = desk.welcomes
+        let logger = context.logger
+        let overtakenAnswers = overtaken
+        let queuedIndices = queued
+        return await withTaskGroup(of: (Int, Answer).self) { group in
+            for (index, (asked, admission)) in batch.enumerated() {
+                group.addTask {
+                    // The group changed under the admission: answer as it is now.
+                    if let other = overtakenAnswers[index] {
+                        let answer = try? await perform(other, asked: asked)
+                        return (index, answer ?? Answer(decision: other))
+                    }
+                    let decision = JoinRequestDecision.admit(admission)
+                    if queuedIndices.contains(index) {
+                        return (
+                            index,
+                            Answer(
+                                decision: decision,
+                                errorSent: await sendPendingNotice(groupID: groupID, asked: asked))
+                        )
+                    }
+                    do {
+                        try await welcomes.send(
+                            to: asked.sender, groupID: groupID, admission: committed,
+                            invite: .init(tag: admission.tag, keys: asked.keys, requestID: asked.requestID))
+                    } catch {
+                        logger.warning(
+                            "admitted \(asked.sender.inboxID) to \(groupID) but could not send the welcome: \(error)")
+                    }
+                    return (index, Answer(decision: decision))
+                }
             }
-            // The group changed under the admission: answer as it is now.
-            guard let committed else { return try await perform(overtaken, asked: asked) }
-            if queued { return (decision, await sendPendingNotice(groupID: groupID, asked: asked)) }
-            do {
-                try await desk.welcomes.send(
-                    to: joiner, groupID: groupID, admission: committed,
-                    invite: .init(tag: admission.tag, keys: asked.keys, requestID: asked.requestID))
-            } catch {
-                context.logger.warning(
-                    "admitted \(joiner.inboxID) to \(groupID) but could not send the welcome: \(error)")
-            }
-            return (decision, false)
+            var answers = [Answer?](repeating: nil, count: batch.count)
+            for await (index, answer) in group { answers[index] = answer }
+            return answers.map { $0! }
         }
     }
 

@@ -487,6 +487,14 @@ public nonisolated struct WireGroupCommit: @unchecked Sendable {
     set {_uniqueStorage()._action = .setPreferences(newValue)}
   }
 
+  public var addMembers: WireAddMembers {
+    get {
+      if case .addMembers(let v)? = _storage._action {return v}
+      return WireAddMembers()
+    }
+    set {_uniqueStorage()._action = .addMembers(newValue)}
+  }
+
   /// A fresh epoch key sealed to each member who keeps access. Required when
   /// someone loses access (remove, rekey after a leave); absent otherwise,
   /// and then the next key is derived from the current one.
@@ -540,6 +548,7 @@ public nonisolated struct WireGroupCommit: @unchecked Sendable {
     case inviteMember(WireInviteMember)
     case withdrawInvitation(WireWithdrawInvitation)
     case setPreferences(WireSetPreferences)
+    case addMembers(WireAddMembers)
 
   }
 
@@ -825,6 +834,24 @@ public nonisolated struct WireAddPending: Sendable {
 
   fileprivate var _member: WireKeyBundle? = nil
   fileprivate var _viaInvite: WireInviteAdmission? = nil
+}
+
+/// An admin's client answering several join requests in one commit: the
+/// joiners admitted and those queued for approval. Each entry is checked as
+/// its single form would be, on the state the entries before it leave, so
+/// an invite's use limit and single use hold inside a batch too.
+public nonisolated struct WireAddMembers: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var members: [WireAddMember] = []
+
+  public var pending: [WireAddPending] = []
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
 }
 
 /// A moderator or above admits a pending joiner with a role.
@@ -1741,7 +1768,7 @@ nonisolated extension WireGroupImage: SwiftProtobuf.Message, SwiftProtobuf._Mess
 
 nonisolated extension WireGroupCommit: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".GroupCommit"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}group_id\0\u{1}epoch\0\u{3}commit_id\0\u{1}author\0\u{3}created_at_ms\0\u{3}parent_transcript\0\u{2}\u{4}create\0\u{3}add_member\0\u{3}remove_member\0\u{3}change_role\0\u{1}leave\0\u{3}update_profile\0\u{1}rekey\0\u{3}set_up_invites\0\u{3}rotate_invite_tag\0\u{1}explode\0\u{3}change_roles\0\u{3}remove_members\0\u{3}block_members\0\u{3}set_welcome\0\u{3}delete_group\0\u{3}set_group_link\0\u{3}delete_group_link\0\u{3}set_admission\0\u{3}add_pending\0\u{3}admit_pending\0\u{3}epoch_keys\0\u{3}epoch_key_commitment\0\u{3}rotate_invites\0\u{3}reject_pending\0\u{3}invite_member\0\u{3}withdraw_invitation\0\u{3}set_preferences\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}group_id\0\u{1}epoch\0\u{3}commit_id\0\u{1}author\0\u{3}created_at_ms\0\u{3}parent_transcript\0\u{2}\u{4}create\0\u{3}add_member\0\u{3}remove_member\0\u{3}change_role\0\u{1}leave\0\u{3}update_profile\0\u{1}rekey\0\u{3}set_up_invites\0\u{3}rotate_invite_tag\0\u{1}explode\0\u{3}change_roles\0\u{3}remove_members\0\u{3}block_members\0\u{3}set_welcome\0\u{3}delete_group\0\u{3}set_group_link\0\u{3}delete_group_link\0\u{3}set_admission\0\u{3}add_pending\0\u{3}admit_pending\0\u{3}epoch_keys\0\u{3}epoch_key_commitment\0\u{3}rotate_invites\0\u{3}reject_pending\0\u{3}invite_member\0\u{3}withdraw_invitation\0\u{3}set_preferences\0\u{3}add_members\0")
 
   fileprivate class _StorageClass {
     var _groupID: String = String()
@@ -2113,6 +2140,19 @@ nonisolated extension WireGroupCommit: SwiftProtobuf.Message, SwiftProtobuf._Mes
             _storage._action = .setPreferences(v)
           }
         }()
+        case 37: try {
+          var v: WireAddMembers?
+          var hadOneofValue = false
+          if let current = _storage._action {
+            hadOneofValue = true
+            if case .addMembers(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._action = .addMembers(v)
+          }
+        }()
         default: break
         }
       }
@@ -2251,6 +2291,10 @@ nonisolated extension WireGroupCommit: SwiftProtobuf.Message, SwiftProtobuf._Mes
       case .setPreferences?: try {
         guard case .setPreferences(let v)? = _storage._action else { preconditionFailure() }
         try visitor.visitSingularMessageField(value: v, fieldNumber: 36)
+      }()
+      case .addMembers?: try {
+        guard case .addMembers(let v)? = _storage._action else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 37)
       }()
       default: break
       }
@@ -2776,6 +2820,41 @@ nonisolated extension WireAddPending: SwiftProtobuf.Message, SwiftProtobuf._Mess
     if lhs._member != rhs._member {return false}
     if lhs.role != rhs.role {return false}
     if lhs._viaInvite != rhs._viaInvite {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension WireAddMembers: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".AddMembers"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}members\0\u{1}pending\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeRepeatedMessageField(value: &self.members) }()
+      case 2: try { try decoder.decodeRepeatedMessageField(value: &self.pending) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.members.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.members, fieldNumber: 1)
+    }
+    if !self.pending.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.pending, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: WireAddMembers, rhs: WireAddMembers) -> Bool {
+    if lhs.members != rhs.members {return false}
+    if lhs.pending != rhs.pending {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
