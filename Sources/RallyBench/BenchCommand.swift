@@ -74,3 +74,19 @@ enum ProcessMemory {
         return nil
     }
 }
+
+/// A process's CPU time (user + system) as Linux reports it in
+/// `/proc/<pid>/stat`, in milliseconds.
+enum ProcessCPU {
+    static func milliseconds(pid: Int32? = nil) -> Double? {
+        let path = pid.map { "/proc/\($0)/stat" } ?? "/proc/self/stat"
+        guard let stat = try? String(contentsOfFile: path, encoding: .utf8),
+            let afterName = stat.range(of: ") ", options: .backwards)
+        else { return nil }
+        // Fields after the command name start at field 3; utime and stime
+        // are fields 14 and 15.
+        let fields = stat[afterName.upperBound...].split(separator: " ")
+        guard fields.count > 12, let user = Double(fields[11]), let system = Double(fields[12]) else { return nil }
+        return (user + system) * 1000 / Double(sysconf(Int32(_SC_CLK_TCK)))
+    }
+}

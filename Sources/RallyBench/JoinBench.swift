@@ -33,10 +33,15 @@ struct JoinBench: AsyncParsableCommand {
         let watcher = Task { try await admin.watch { _ in } }
         defer { watcher.cancel() }
 
-        Output.write("joiners  joins  p50 ms  p99 ms  max ms  (rally join → joined; one admin client online)")
+        Output.write(
+            "joiners  joins  p50 ms  p99 ms  max ms  clients CPU ms/join  relay CPU ms/join"
+                + "  (rally join → joined; one admin client online)")
+        // Every joiner's home is made before any round is timed, so the
+        // rounds' CPU figures are the joins' alone.
+        var homes: [[[RallyClient]]] = []
         var serial = 0
         for count in counts {
-            var latencies: [Double] = []
+            var countRounds: [[RallyClient]] = []
             for _ in 0..<rounds {
                 var joiners: [RallyClient] = []
                 for _ in 0..<count {
@@ -46,7 +51,18 @@ struct JoinBench: AsyncParsableCommand {
                             home: root.appendingPathComponent("j\(serial)"), relayURL: relay.url,
                             displayName: "joiner-\(serial)", logger: logger))
                 }
+                countRounds.append(joiners)
+            }
+            homes.append(countRounds)
+        }
+        for (countIndex, count) in counts.enumerated() {
+            var latencies: [Double] = []
+            var clientCPU = 0.0
+            var relayCPU = 0.0
+            for round in 0..<rounds {
+                let joiners = homes[countIndex][round]
                 let link = invite.appLink
+                let cpuBefore = (ProcessCPU.milliseconds() ?? 0, ProcessCPU.milliseconds(pid: relay.pid) ?? 0)
                 let measured = try await withThrowingTaskGroup(of: Double.self) { tasks in
                     for joiner in joiners {
                         tasks.addTask {
@@ -65,6 +81,8 @@ struct JoinBench: AsyncParsableCommand {
                     for try await latency in tasks { all.append(latency) }
                     return all
                 }
+                clientCPU += (ProcessCPU.milliseconds() ?? 0) - cpuBefore.0
+                relayCPU += (ProcessCPU.milliseconds(pid: relay.pid) ?? 0) - cpuBefore.1
                 latencies += measured
                 for joiner in joiners { await joiner.disconnect() }
             }
@@ -74,8 +92,9 @@ struct JoinBench: AsyncParsableCommand {
             }
             Output.write(
                 String(
-                    format: "%7d  %5d  %6.1f  %6.1f  %6.1f", count, latencies.count, percentile(0.5),
-                    percentile(0.99), percentile(1)))
+                    format: "%7d  %5d  %6.1f  %6.1f  %6.1f  %19.2f  %17.2f", count, latencies.count,
+                    percentile(0.5), percentile(0.99), percentile(1), clientCPU / Double(latencies.count),
+                    relayCPU / Double(latencies.count)))
         }
         watcher.cancel()
         await admin.disconnect()

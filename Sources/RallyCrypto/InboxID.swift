@@ -17,6 +17,13 @@ public struct InboxID: Hashable, Sendable, Codable, Comparable, CustomStringConv
     }
 
     public init(validating text: String) throws(RallyCryptoError) {
+        // The canonical spelling (what every stored record and wire field
+        // holds) needs no trimming, folding or decoding: 32 characters of
+        // the lowercase alphabet are exactly 20 bytes.
+        if Self.isCanonical(text) {
+            rawValue = text
+            return
+        }
         let stripped = text.trimmingCharacters(in: .whitespacesAndNewlines)
         // ASCII only before case folding: Unicode lowercasing would map
         // look-alikes (the Kelvin sign) onto valid letters.
@@ -28,6 +35,14 @@ public struct InboxID: Hashable, Sendable, Codable, Comparable, CustomStringConv
             throw .invalidInboxID(text)
         }
         rawValue = trimmed
+    }
+
+    private static func isCanonical(_ text: String) -> Bool {
+        let utf8 = text.utf8
+        guard utf8.count == textLength else { return false }
+        return utf8.allSatisfy {
+            ($0 >= UInt8(ascii: "a") && $0 <= UInt8(ascii: "z")) || ($0 >= UInt8(ascii: "2") && $0 <= UInt8(ascii: "7"))
+        }
     }
 
     public init(from decoder: any Decoder) throws {

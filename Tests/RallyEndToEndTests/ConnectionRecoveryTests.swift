@@ -499,6 +499,39 @@ struct ConnectionRecoveryTests {
     }
 
     @Test(
+        "A queue for several people is sent to them side by side, and each reads their messages once, in the order typed"
+    )
+    func outboxTopicsSideBySide() async throws {
+        let network = try await FaultyNetwork.start()
+        let bob = try await network.client("bob")
+        var readers: [RallyClient] = []
+        for name in ["alice", "carol", "dan", "erin"] {
+            let reader = try await network.directClient(name)
+            _ = try await bob.sendText("hi \(name)", to: reader.inboxID)
+            _ = try await reader.syncInbox()
+            readers.append(reader)
+        }
+        network.proxy.setMode(.refuse)
+        network.proxy.resetAll()
+        // Typed round-robin: each person's messages interleave with the others'.
+        for round in 1...3 {
+            for reader in readers {
+                #expect(try await bob.sendText("\(round)", to: reader.inboxID).isQueued)
+            }
+        }
+        #expect(try bob.outboxCounts().queued == 12)
+        network.proxy.setMode(.pass)
+        #expect(try await bob.sendQueued() == 12)
+        #expect(try bob.outboxCounts() == OutboxCounts(queued: 0, failed: 0))
+        for reader in readers {
+            #expect(Self.texts(try await reader.syncInbox().received) == ["1", "2", "3"])
+        }
+        let history = try await bob.directMessageHistory().filter(\.outgoing)
+        #expect(history.allSatisfy { $0.seq != nil })
+        await network.stop()
+    }
+
+    @Test(
         "A group message typed offline is queued, survives a restart, is sealed under the group's state when the relay is back, and every member reads it once"
     )
     func groupOutbox() async throws {

@@ -20,37 +20,58 @@ struct DirectMessageService: Sendable {
         _ value: C.Value, codec: C, to recipient: InboxID, messageID: Data?, keepCopy: Bool
     ) async throws(RallyClientError) -> StoredMessage {
         let recipientIdentity = try await keys.lookUp(recipient)
+        return try await send([(value, recipientIdentity, messageID)], codec: codec, keepCopy: keepCopy)[0]
+    }
+
+    /// Several messages, each to the keys given (which the caller has
+    /// verified), queued in one transaction and sent by one flush: what a
+    /// round of welcomes to newly admitted joiners takes.
+    func send<C: ContentCodec>(
+        _ messages: [(value: C.Value, recipient: PublicIdentity, messageID: Data?)], codec: C, keepCopy: Bool
+    ) async throws(RallyClientError) -> [StoredMessage] {
         let now = context.clock.now()
-        let (sealed, body) = try seal(value, codec: codec, to: recipientIdentity, messageID: messageID, at: now)
-        let content = body.content
-        let topic = try! TopicName.inbox(recipient.rawValue)
-        let messageID = body.messageID
-        let decoded = context.codecs.decode(content)
-        let stored = StoredMessage(
-            id: messageID.hexString, conversation: recipient.rawValue, outgoing: true, sender: context.identity.inboxID,
-            senderName: context.identity.displayName, sentAt: now, receivedAt: now, topic: topic.rawValue, seq: nil,
-            contentType: decoded.contentType.description, encodedContent: FrameCodec.encode(content),
-            displayText: decoded.displayText, isKnownType: decoded.isKnown)
-        // Queued with the message in one transaction, then sent with
-        // everything queued before it: a message typed while the relay is
-        // out of reach waits in the home, not in memory.
-        let item = OutboxRecord(
-            messageID: stored.id, topic: topic.rawValue, payload: sealed, idempotencyKey: messageID,
-            shouldPush: content.shouldPush, queuedAtMs: ClientClock.millis(now), attempts: 0)
-        try context.stored { () throws(LocalStoreError) in
-            try context.store.queueOutgoing(keepCopy ? stored : nil, item)
+        var queued: [(message: StoredMessage?, item: OutboxRecord)] = []
+        var stored: [StoredMessage] = []
+        for (value, recipient, messageID) in messages {
+            let (sealed, body) = try seal(value, codec: codec, to: recipient, messageID: messageID, at: now)
+            let content = body.content
+            let topic = try! TopicName.inbox(recipient.inboxID.rawValue)
+            let decoded = context.codecs.decode(content)
+            let message = StoredMessage(
+                id: body.messageID.hexString, conversation: recipient.inboxID.rawValue, outgoing: true,
+                sender: context.identity.inboxID, senderName: context.identity.displayName, sentAt: now,
+                receivedAt: now, topic: topic.rawValue, seq: nil, contentType: decoded.contentType.description,
+                encodedContent: FrameCodec.encode(content), displayText: decoded.displayText,
+                isKnownType: decoded.isKnown)
+            // Queued with the message in one transaction, then sent with
+            // everything queued before it: a message typed while the relay
+            // is out of reach waits in the home, not in memory.
+            let item = OutboxRecord(
+                messageID: message.id, topic: topic.rawValue, payload: sealed, idempotencyKey: body.messageID,
+                shouldPush: content.shouldPush, queuedAtMs: ClientClock.millis(now), attempts: 0)
+            queued.append((keepCopy ? message : nil, item))
+            stored.append(message)
         }
+        try context.stored { () throws(LocalStoreError) in try context.store.queueOutgoing(queued) }
         let outcomes = try await context.outbox.flush()
-        switch outcomes[stored.id] {
-        case .sent(let seq)?:
-            return stored.withSeq(seq)
-        case .failed(let error)?:
-            throw error
-        case .queued?, nil:
-            // Another process's flush may have sent it meanwhile.
-            if let current = try? context.store.message(id: stored.id), current.seq != nil { return current }
-            return stored
+        var sent: [StoredMessage] = []
+        sent.reserveCapacity(stored.count)
+        for message in stored {
+            switch outcomes[message.id] {
+            case .sent(let seq)?:
+                sent.append(message.withSeq(seq))
+            case .failed(let error)?:
+                throw error
+            case .queued?, nil:
+                // Another process's flush may have sent it meanwhile.
+                if let current = try? context.store.message(id: message.id), current.seq != nil {
+                    sent.append(current)
+                } else {
+                    sent.append(message)
+                }
+            }
         }
+        return sent
     }
 
     /// A message signed by this identity and sealed to `recipient`: what

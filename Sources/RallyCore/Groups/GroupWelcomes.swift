@@ -33,6 +33,12 @@ struct GroupWelcomes: Sendable {
         let requestID: Data
     }
 
+    /// One newcomer of a welcome round, with the invite it came through.
+    struct Newcomer: Sendable {
+        let identity: PublicIdentity
+        let invite: InviteProof?
+    }
+
     /// Sends a newcomer its welcome: the state right after its admission
     /// commit, at that commit's seq, with the key that opens the commit, so
     /// the newcomer checks the welcome against the log itself. Without an
@@ -41,52 +47,65 @@ struct GroupWelcomes: Sendable {
     func send(
         to newcomer: PublicIdentity, groupID: String, admission: Data?, invite: InviteProof? = nil
     ) async throws(RallyClientError) {
+        try await send(to: [Newcomer(identity: newcomer, invite: invite)], groupID: groupID, admission: admission)
+    }
+
+    /// One round of welcomes for everyone one commit admitted: the group's
+    /// part is read once, each newcomer's part added, and all of them are
+    /// queued in one transaction and sent by one flush. Each is sealed to
+    /// the keys the commit admitted.
+    func send(to newcomers: [Newcomer], groupID: String, admission: Data?) async throws(RallyClientError) {
+        guard !newcomers.isEmpty else { return }
         let record = try log.group(groupID)
         let store = context.store
-        var welcome = WireGroupWelcome()
-        welcome.groupID = groupID
-        welcome.topicID = record.topicID
+        var common = WireGroupWelcome()
+        common.groupID = groupID
+        common.topicID = record.topicID
+        var seed: Data?
         try context.stored { () throws(LocalStoreError) in
             guard let admission, let own = try store.ownCommit(admission), own.rejection == nil,
                 own.snapshot.epoch > 0,
                 let before = try store.epochKey(group: groupID, epoch: own.snapshot.epoch - 1),
                 let after = try store.epochKey(group: groupID, epoch: own.snapshot.epoch)
             else { return }
-            welcome.snapshotSeq = own.seq
-            welcome.snapshot = own.snapshot
-            welcome.epochKey = after.withUnsafeBytes { Data($0) }
-            welcome.admissionCommitKey = CommitSealing.commitKey(epochKey: before).withUnsafeBytes { Data($0) }
-            welcome.epochLink = CommitSealing.epochLink(
+            common.snapshotSeq = own.seq
+            common.snapshot = own.snapshot
+            common.epochKey = after.withUnsafeBytes { Data($0) }
+            common.admissionCommitKey = CommitSealing.commitKey(epochKey: before).withUnsafeBytes { Data($0) }
+            common.epochLink = CommitSealing.epochLink(
                 previousEpochKey: before, groupID: groupID, epoch: own.snapshot.epoch,
                 transcript: own.snapshot.transcript)
-            welcome.topicAccessSecret = record.accessSecret ?? Data()
+            common.topicAccessSecret = record.accessSecret ?? Data()
             // With history visible to new members, the recent messages come
             // along (as this member stored them); hidden, the newcomer gets
             // no key and no copy of anything before its admission.
             if record.state.preferences[.history].enabled {
                 // Within what is left of the welcome's envelope (a large
                 // group's snapshot and image come first).
-                let room = WireLimits.maxPayloadBytes - FrameCodec.encode(welcome).count - Self.sealingAllowance
-                welcome.history = Self.recentHistory(
+                let room = WireLimits.maxPayloadBytes - FrameCodec.encode(common).count - Self.sealingAllowance
+                common.history = Self.recentHistory(
                     try store.messages(conversation: groupID), maxBytes: min(Self.maxHistoryBytes, room))
             }
+            seed = try store.inviteSeed(group: groupID)?.withUnsafeBytes { Data($0) }
+        }
+        let welcomes = newcomers.map { newcomer in
+            var welcome = common
             // A new admin gets the invite seed, so it can answer join requests.
-            if let seed = try store.inviteSeed(group: groupID),
-                let role = record.state.role(of: newcomer.inboxID), role >= .admin
-            {
-                welcome.inviteSeed = seed.withUnsafeBytes { Data($0) }
+            if let seed, let role = record.state.role(of: newcomer.identity.inboxID), role >= .admin {
+                welcome.inviteSeed = seed
             }
-        }
-        if let invite {
-            welcome.inviteTag = invite.tag.hexString
-            welcome.joinRequestID = invite.requestID
-            if let keys = invite.keys {
-                welcome.inviteProof = keys.welcomeProof(
-                    tag: invite.tag, groupID: groupID, newcomer: newcomer.inboxID, requestID: invite.requestID)
+            if let invite = newcomer.invite {
+                welcome.inviteTag = invite.tag.hexString
+                welcome.joinRequestID = invite.requestID
+                if let keys = invite.keys {
+                    welcome.inviteProof = keys.welcomeProof(
+                        tag: invite.tag, groupID: groupID, newcomer: newcomer.identity.inboxID,
+                        requestID: invite.requestID)
+                }
             }
+            return (value: welcome, recipient: newcomer.identity, messageID: Data?.none)
         }
-        _ = try await messages.send(
-            welcome, codec: GroupWelcomeCodec(), to: newcomer.inboxID, messageID: nil, keepCopy: true)
+        _ = try await messages.send(welcomes, codec: GroupWelcomeCodec(), keepCopy: true)
     }
 
     /// Most messages, and bytes, a welcome shares with a newcomer.

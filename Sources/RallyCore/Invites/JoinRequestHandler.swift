@@ -266,41 +266,42 @@ struct JoinRequestHandler: Sendable {
                     asked: batch[0].asked)
             ]
         }
-        let welcomes = desk.welcomes
-        let logger = context.logger
+        // One round of welcomes for everyone the commit admitted.
+        let admitted = batch.indices.filter { overtaken[$0] == nil && !queued.contains($0) }
+        do {
+            try await desk.welcomes.send(
+                to: admitted.map { index in
+                    let (asked, admission) = batch[index]
+                    return GroupWelcomes.Newcomer(
+                        identity: asked.sender,
+                        invite: .init(tag: admission.tag, keys: asked.keys, requestID: asked.requestID))
+                }, groupID: groupID, admission: committed)
+        } catch {
+            context.logger.warning(
+                "admitted \(admitted.count) joiners to \(groupID) but could not send their welcomes: \(error)")
+        }
+        // Then the approval notices, and the answers to requests the group
+        // overtook, side by side.
         let overtakenAnswers = overtaken
         let queuedIndices = queued
         return await withTaskGroup(of: (Int, Answer).self) { group in
             for (index, (asked, admission)) in batch.enumerated() {
-                group.addTask {
-                    // The group changed under the admission: answer as it is now.
-                    if let other = overtakenAnswers[index] {
+                let decision = JoinRequestDecision.admit(admission)
+                if let other = overtakenAnswers[index] {
+                    group.addTask {
                         let answer = try? await perform(other, asked: asked)
                         return (index, answer ?? Answer(decision: other))
                     }
-                    let decision = JoinRequestDecision.admit(admission)
-                    if queuedIndices.contains(index) {
-                        return (
-                            index,
-                            Answer(
-                                decision: decision,
-                                errorSent: await sendPendingNotice(groupID: groupID, asked: asked))
-                        )
+                } else if queuedIndices.contains(index) {
+                    group.addTask {
+                        let sent = await sendPendingNotice(groupID: groupID, asked: asked)
+                        return (index, Answer(decision: decision, errorSent: sent))
                     }
-                    do {
-                        try await welcomes.send(
-                            to: asked.sender, groupID: groupID, admission: committed,
-                            invite: .init(tag: admission.tag, keys: asked.keys, requestID: asked.requestID))
-                    } catch {
-                        logger.warning(
-                            "admitted \(asked.sender.inboxID) to \(groupID) but could not send the welcome: \(error)")
-                    }
-                    return (index, Answer(decision: decision))
                 }
             }
-            var answers = [Answer?](repeating: nil, count: batch.count)
+            var answers = batch.map { Answer(decision: .admit($0.admission)) }
             for await (index, answer) in group { answers[index] = answer }
-            return answers.map { $0! }
+            return answers
         }
     }
 

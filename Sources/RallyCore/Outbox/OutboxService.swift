@@ -19,9 +19,10 @@ struct OutboxService: Sendable {
     let gate: FlushGate
     let routes: OutboxRoutes
 
-    /// Flushes the queue: stops at the first transient failure (the rest
-    /// waits its turn, keeping the order), marks what the relay refuses for
-    /// good. Returns what happened to each item it reached.
+    /// Flushes the queue, topics side by side: a topic stops at its first
+    /// transient failure (the rest of it waits its turn, keeping the order),
+    /// what the relay refuses for good is marked. Returns what happened to
+    /// each item it reached.
     @discardableResult
     func flush() async throws(RallyClientError) -> [String: OutboxDelivery] {
         let context = self.context
@@ -35,9 +36,73 @@ struct OutboxService: Sendable {
         return try result.get()
     }
 
+    /// Most topics one flush sends to at once. Publishes to different
+    /// topics need no order between them, and the relay makes one fsync
+    /// serve every publish that waits for it, so sending them side by side
+    /// takes about the time of one (a round of welcomes, say).
+    static let concurrentTopics = 16
+
+    /// Sends the queue one lane per topic, each lane in queue order, up to
+    /// ``concurrentTopics`` lanes at a time.
     private func sendQueued(_ context: ClientContext) async throws(RallyClientError) -> [String: OutboxDelivery] {
-        var outcomes: [String: OutboxDelivery] = [:]
         let queued = try context.stored { () throws(LocalStoreError) in try context.store.queuedOutgoing() }
+        var lanes: [[OutboxRecord]] = []
+        var laneOfTopic: [String: Int] = [:]
+        for item in queued {
+            if let lane = laneOfTopic[item.topic] {
+                lanes[lane].append(item)
+            } else {
+                laneOfTopic[item.topic] = lanes.count
+                lanes.append([item])
+            }
+        }
+        if lanes.count <= 1 { return try await sendLane(lanes.first ?? [], context) }
+        let results = await withTaskGroup(of: Result<[String: OutboxDelivery], RallyClientError>.self) { group in
+            var next = 0
+            func start() {
+                let lane = lanes[next]
+                next += 1
+                group.addTask {
+                    do throws(RallyClientError) {
+                        return .success(try await self.sendLane(lane, context))
+                    } catch {
+                        return .failure(error)
+                    }
+                }
+            }
+            while next < min(lanes.count, Self.concurrentTopics) { start() }
+            var results: [Result<[String: OutboxDelivery], RallyClientError>] = []
+            for await result in group {
+                results.append(result)
+                if next < lanes.count { start() }
+            }
+            return results
+        }
+        var outcomes: [String: OutboxDelivery] = [:]
+        for result in results { outcomes.merge(try result.get()) { first, _ in first } }
+        return outcomes
+    }
+
+    /// Sends one topic's items in order; stops at the first transient
+    /// failure (the rest of the topic waits its turn, keeping the order),
+    /// marks what the relay refuses for good.
+    private func sendLane(
+        _ queued: [OutboxRecord], _ context: ClientContext
+    ) async throws(RallyClientError) -> [String: OutboxDelivery] {
+        var outcomes: [String: OutboxDelivery] = [:]
+        // Recorded together when the lane ends: an item sent but not yet
+        // recorded is sent again by the next flush under the same
+        // idempotency key, and the relay stores it once.
+        var recorded: [(item: OutboxRecord, seq: UInt64)] = []
+        defer {
+            if !recorded.isEmpty {
+                do {
+                    try context.store.outgoingSent(recorded)
+                } catch {
+                    context.logger.warning("could not record \(recorded.count) sent messages: \(error)")
+                }
+            }
+        }
         for item in queued {
             guard let topic = try? TopicName(validating: item.topic) else {
                 try context.stored { () throws(LocalStoreError) in
@@ -57,7 +122,7 @@ struct OutboxService: Sendable {
             }
             switch sent {
             case .success(let ack):
-                try context.stored { () throws(LocalStoreError) in try context.store.outgoingSent(item, seq: ack.seq) }
+                recorded.append((item, ack.seq))
                 outcomes[item.messageID] = .sent(seq: ack.seq)
             case .failure(.relay(let error)) where error.isTransient:
                 // The rest waits its turn, so the order per topic holds.

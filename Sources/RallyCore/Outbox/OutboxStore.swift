@@ -72,9 +72,17 @@ extension LocalStore {
     /// Stores an outgoing message (when `message` is given) and queues its
     /// publish, in one transaction.
     func queueOutgoing(_ message: StoredMessage?, _ item: OutboxRecord) throws(LocalStoreError) {
+        try queueOutgoing([(message, item)])
+    }
+
+    /// Several outgoing messages queued in one transaction (a round of
+    /// welcomes).
+    func queueOutgoing(_ queued: [(message: StoredMessage?, item: OutboxRecord)]) throws(LocalStoreError) {
         try write { db in
-            if let message { _ = try MessageRecord.insert(message, db) }
-            try item.insert(db, onConflict: .ignore)
+            for (message, item) in queued {
+                if let message { _ = try MessageRecord.insert(message, db) }
+                try item.insert(db, onConflict: .ignore)
+            }
         }
     }
 
@@ -89,11 +97,20 @@ extension LocalStore {
     /// The relay acknowledged `item` at `seq`: it leaves the queue and its
     /// message gets its place in the topic.
     func outgoingSent(_ item: OutboxRecord, seq: UInt64) throws(LocalStoreError) {
+        try outgoingSent([(item, seq)])
+    }
+
+    /// Several acknowledged items in one transaction: a flush that sent
+    /// many side by side records them with one commit.
+    func outgoingSent(_ sent: [(item: OutboxRecord, seq: UInt64)]) throws(LocalStoreError) {
+        guard !sent.isEmpty else { return }
         try write { db in
-            try db.execute(sql: "DELETE FROM outbox WHERE message_id = ?", arguments: [item.messageID])
-            try db.execute(
-                sql: "UPDATE message SET seq = ? WHERE id = ? AND seq IS NULL",
-                arguments: [Int64(seq), item.messageID])
+            for (item, seq) in sent {
+                try db.execute(sql: "DELETE FROM outbox WHERE message_id = ?", arguments: [item.messageID])
+                try db.execute(
+                    sql: "UPDATE message SET seq = ? WHERE id = ? AND seq IS NULL",
+                    arguments: [Int64(seq), item.messageID])
+            }
         }
     }
 
