@@ -10,7 +10,7 @@ public struct RallyCommand: AsyncParsableCommand {
         abstract: "End-to-end encrypted invites, groups and messages over an untrusted relay.",
         subcommands: [
             RelayCommand.self, IDCommand.self, DMCommand.self, GroupCommand.self, InviteCommand.self, VaultCommand.self,
-            NomineeCommand.self, CallCommand.self,
+            NomineeCommand.self, CallCommand.self, PushCommand.self,
             JoinCommand.self, OpenCommand.self, WatchCommand.self, StatusCommand.self, DemoCommand.self,
         ])
 

@@ -54,6 +54,15 @@ struct RelayCommand: AsyncParsableCommand {
     var publishRatePerConnection = RelayLimits.default.publishRatePerSecond
     @Option(help: "Publish burst allowed on one connection.") var publishBurstPerConnection = RelayLimits.default
         .publishBurst
+    @Option(help: "Least seconds between two pushes to one inbox (more messages meanwhile share the next push).")
+    var pushIntervalSeconds = RelayLimits.default.push.minInterval.components.seconds
+    @Flag(help: "Accept plain http push targets (local development; production targets are https).")
+    var pushAllowHttp = false
+    @Flag(
+        help:
+            "Accept push targets on loopback, private and link-local IP literals (local development: a receiver on this machine)."
+    )
+    var pushAllowPrivate = false
 
     func run() async throws {
         guard (0...65535).contains(port) else { throw ValidationError("--port must be 0...65535") }
@@ -99,6 +108,10 @@ struct RelayCommand: AsyncParsableCommand {
         limits.maxSealedGrantBytes = maxSealedGrantBytes
         limits.minEscrowWait = .seconds(minEscrowWaitSeconds)
         limits.maxEscrowWait = .seconds(maxEscrowWaitDays * 86_400)
+        guard pushIntervalSeconds >= 0 else { throw ValidationError("--push-interval-seconds must not be negative") }
+        limits.push.minInterval = .seconds(pushIntervalSeconds)
+        limits.push.allowsInsecureTargets = pushAllowHttp
+        limits.push.allowsPrivateTargets = pushAllowPrivate
         let configuration = RelayConfiguration(
             host: host, port: port, dataDirectory: URL(fileURLWithPath: data), limits: limits,
             publicURL: publicURLValue)

@@ -20,6 +20,7 @@ actor PublishWriter {
     private let maxBatch: Int
     private let maxQueueBytes: Int
     private let logger: Logger
+    private let push: PushDispatcher?
 
     private var queue: [Pending] = []
     /// Bytes of the publishes waiting in `queue`.
@@ -29,8 +30,9 @@ actor PublishWriter {
 
     init(
         store: any RelayStore, hub: TopicHub, clock: any RelayClock, metrics: RelayMetrics, maxBatch: Int,
-        maxQueueBytes: Int = RelayLimits.default.maxWriteQueueBytes, logger: Logger
+        maxQueueBytes: Int = RelayLimits.default.maxWriteQueueBytes, logger: Logger, push: PushDispatcher? = nil
     ) {
+        self.push = push
         self.maxQueueBytes = max(1, maxQueueBytes)
         self.store = store
         self.hub = hub
@@ -68,6 +70,7 @@ actor PublishWriter {
     }
 
     static let queueFullRetry: UInt64 = 100
+    private static let inboxPrefix = "inbox/"
 
     func publish(_ request: PublishRequest) async -> Result<AppendResult, RelayFailure> {
         await withCheckedContinuation { continuation in
@@ -117,6 +120,15 @@ actor PublishWriter {
             // Live subscribers get the envelopes before publishers get acks,
             // so an ack implies the envelope is visible everywhere.
             await hub.deliver(items: fresh)
+            if let push {
+                // Handed over without waiting: pushing never holds a publish.
+                for (pending, appended) in zip(batch, results) where pending.request.shouldPush {
+                    guard case .success(let stored) = appended, !stored.duplicate,
+                        pending.request.topic.hasPrefix(Self.inboxPrefix)
+                    else { continue }
+                    push.stored(inbox: String(pending.request.topic.dropFirst(Self.inboxPrefix.count)))
+                }
+            }
             for (pending, appended) in zip(batch, results) {
                 pending.completion(appended.mapError { RelayFailure($0, topic: pending.request.topic) })
             }

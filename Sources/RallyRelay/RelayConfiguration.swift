@@ -136,6 +136,8 @@ public struct RelayLimits: Sendable, Equatable {
     public var maxEscrowWait: Duration
     /// Call rooms: how many, how full, how long they and their places live.
     public var rooms = RoomLimits()
+    /// Push: retries, rate per inbox, and which targets are accepted.
+    public var push = PushLimits()
 
     public init(
         publishRatePerSecond: Double = 200,

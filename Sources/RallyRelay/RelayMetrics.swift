@@ -12,6 +12,10 @@ final class RelayMetrics: Sendable {
     let commitBatchSize: ValueHistogram
     let commitLatency: DurationHistogram
     let prunedEnvelopes: Counter
+    let pushes: Counter
+    let pushRetries: Counter
+    let pushesDropped: Counter
+    let pushTargetsGone: Counter
 
     init(registry: PrometheusCollectorRegistry = PrometheusCollectorRegistry()) {
         self.registry = registry
@@ -36,6 +40,15 @@ final class RelayMetrics: Sendable {
             ])
         prunedEnvelopes = registry.makeCounter(
             descriptor: Self.name("pruned_envelopes", unit: "total", help: "Expired envelopes deleted."))
+        pushes = registry.makeCounter(
+            descriptor: Self.name("pushes", unit: "total", help: "Push calls a target acknowledged."))
+        pushRetries = registry.makeCounter(
+            descriptor: Self.name("push_retries", unit: "total", help: "Failed push calls scheduled again."))
+        pushesDropped = registry.makeCounter(
+            descriptor: Self.name(
+                "pushes_dropped", unit: "total", help: "Push notifications given up or refused by their target."))
+        pushTargetsGone = registry.makeCounter(
+            descriptor: Self.name("push_targets_gone", unit: "total", help: "Push targets removed after 404 or 410."))
     }
 
     func recordError(_ code: WireErrorCode) {

@@ -8,7 +8,7 @@ public import ServiceLifecycle
 
 /// The relay as a swift-service-lifecycle `Service`: HTTP and WebSocket on
 /// one port, the SQLite store, group commit, live fan-out and pruning.
-public final class RelayServer: Service, Sendable {
+public final class RelayServer: Service, Sendable, CustomStringConvertible {
     public let configuration: RelayConfiguration
     private let logger: Logger
     let services: RelayServices
@@ -20,14 +20,19 @@ public final class RelayServer: Service, Sendable {
         let store = try SQLiteRelayStore(url: configuration.storeURL)
         let blobs = try FileBlobStore(dataDirectory: configuration.dataDirectory)
         let escrows = try SQLiteEscrowStore(dataDirectory: configuration.dataDirectory)
+        let pushTargets = try SQLitePushTargetStore(dataDirectory: configuration.dataDirectory)
         services = RelayServices(
-            store: store, blobs: blobs, escrows: escrows, clock: clock, limits: configuration.limits,
+            store: store, blobs: blobs, escrows: escrows, pushTargets: pushTargets, clock: clock,
+            limits: configuration.limits,
             metrics: RelayMetrics(), logger: logger,
             origins: configuration.origins(boundPort: configuration.port))
     }
 
     /// The origins authentication and topic proofs are bound to.
     public var origins: [String] { services.origins.current }
+
+    /// The name the service group logs.
+    public var description: String { "RelayServer" }
 
     /// Runs until graceful shutdown or cancellation. On the way out it stops
     /// accepting, lets the commits in flight finish, then closes the store.
@@ -38,6 +43,7 @@ public final class RelayServer: Service, Sendable {
         BlobEndpoints.addRoutes(to: router, services: services)
         EscrowEndpoints.addRoutes(to: router, services: services)
         RoomEndpoints.addRoutes(to: router, services: services)
+        PushEndpoints.addRoutes(to: router, services: services)
         let webSocketRouter = Router(context: RelayRequestContext.self)
         WebSocketEndpoint.addRoute(to: webSocketRouter, services: services)
         RoomEndpoints.addWebSocketRoute(to: webSocketRouter, services: services)
@@ -66,6 +72,7 @@ public final class RelayServer: Service, Sendable {
                     group.addTask { try await app.run() }
                     group.addTask { await Self.pruneLoop(services: services) }
                     group.addTask { await Self.roomTickLoop(services: services) }
+                    group.addTask { await services.push.run() }
                     // The server ends first (shutdown or failure); pruning
                     // then stops with it.
                     try await group.next()
@@ -85,6 +92,7 @@ public final class RelayServer: Service, Sendable {
         await listening.fail(failure ?? CancellationError())
         await services.hub.shutdown()
         await services.writer.close()
+        await services.push.shutdown()
         do {
             try await services.store.close()
         } catch {
@@ -101,6 +109,12 @@ public final class RelayServer: Service, Sendable {
             try await services.escrows.close()
         } catch {
             logger.error("closing the escrow store failed", metadata: ["error": "\(error)"])
+            if failure == nil { failure = error }
+        }
+        do {
+            try await services.push.closeStore()
+        } catch {
+            logger.error("closing the push target store failed", metadata: ["error": "\(error)"])
             if failure == nil { failure = error }
         }
         if let failure { throw failure }
@@ -204,8 +218,13 @@ struct RelayRequestContext: RequestContext, WebSocketRequestContext {
 /// notices are written before the server (and the WebSocket library with
 /// it) starts closing connections. Clients then reconnect after a random
 /// pause instead of all at once.
-public struct RelayShutdownNotice: Service {
+public struct RelayShutdownNotice: Service, CustomStringConvertible {
     let services: RelayServices
+
+    /// The name the service group logs. Without it the group would print
+    /// the whole of the relay's shared state by reflection, walking
+    /// objects other tasks are changing.
+    public var description: String { "RelayShutdownNotice" }
 
     public func run() async throws {
         do {

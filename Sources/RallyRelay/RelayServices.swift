@@ -25,12 +25,14 @@ struct RelayServices: Sendable {
     /// Call rooms and their participants' connections.
     let rooms: RoomHub
     let roomRates: KeyedRateLimiter
+    /// Calls the push targets of inboxes that receive envelopes asking for
+    /// a push (ADR 0020).
+    let push: PushDispatcher
 
-    /// `escrows` defaults to none, for services of tests that never touch
-    /// escrows.
     init(
-        store: any RelayStore, blobs: any BlobStore, escrows: any EscrowStore, clock: any RelayClock,
-        limits: RelayLimits, metrics: RelayMetrics, logger: Logger, origins: [String] = ["http://127.0.0.1:8080"]
+        store: any RelayStore, blobs: any BlobStore, escrows: any EscrowStore, pushTargets: any PushTargetStore,
+        clock: any RelayClock, limits: RelayLimits, metrics: RelayMetrics, logger: Logger,
+        origins: [String] = ["http://127.0.0.1:8080"], pushDeliverer: (any PushDeliverer)? = nil
     ) {
         self.blobs = blobs
         self.escrows = escrows
@@ -52,9 +54,13 @@ struct RelayServices: Sendable {
         self.limits = limits
         self.metrics = metrics
         self.logger = logger
+        let push = PushDispatcher(
+            targets: pushTargets, deliverer: pushDeliverer ?? WebhookDeliverer(timeout: limits.push.callTimeout), clock: clock, limits: limits.push,
+            metrics: metrics, logger: logger)
+        self.push = push
         self.writer = PublishWriter(
             store: store, hub: hub, clock: clock, metrics: metrics, maxBatch: limits.maxCommitBatch,
-            maxQueueBytes: limits.maxWriteQueueBytes, logger: logger)
+            maxQueueBytes: limits.maxWriteQueueBytes, logger: logger, push: push)
     }
 
     func validateTopic(_ raw: String) throws(RelayFailure) -> TopicName {

@@ -29,17 +29,7 @@ public final class SQLiteRelayStore: RelayStore {
     /// other files keeps its mode (the operator may share it on purpose).
     private static func prepareOwnerOnly(_ url: URL) throws {
         let directory = url.deletingLastPathComponent()
-        try FileManager.default.createDirectory(
-            at: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-        if !FileManager.default.fileExists(atPath: url.path) {
-            _ = FileManager.default.createFile(atPath: url.path, contents: nil, attributes: [.posixPermissions: 0o600])
-        }
-        for suffix in ["", "-wal", "-shm", "-journal"] {
-            let path = url.path + suffix
-            if FileManager.default.fileExists(atPath: path) {
-                try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: path)
-            }
-        }
+        try OwnerOnlyFile.prepare(url)
         let contents = try FileManager.default.contentsOfDirectory(atPath: directory.path)
         if contents.allSatisfy({ $0.hasPrefix(url.lastPathComponent) }) {
             try FileManager.default.setAttributes([.posixPermissions: 0o700], ofItemAtPath: directory.path)

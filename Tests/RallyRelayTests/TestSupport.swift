@@ -40,7 +40,8 @@ func makeServices(
         "rally-blobs-\(UUID().uuidString)")
     return RelayServices(
         store: store, blobs: try! FileBlobStore(dataDirectory: directory),
-        escrows: try! SQLiteEscrowStore(dataDirectory: directory), clock: clock, limits: limits,
+        escrows: try! SQLiteEscrowStore(dataDirectory: directory),
+        pushTargets: try! SQLitePushTargetStore(dataDirectory: directory), clock: clock, limits: limits,
         metrics: RelayMetrics(), logger: .quiet, origins: [testOrigin])
 }
 

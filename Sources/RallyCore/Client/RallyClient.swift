@@ -249,6 +249,29 @@ public actor RallyClient {
         try await context.outbox.flush().values.filter { if case .sent = $0 { true } else { false } }.count
     }
 
+    // MARK: Push
+
+    /// Registers the URL the relay calls when an envelope that asks for a
+    /// push reaches this inbox (a webhook of the app's push service). The
+    /// call says only that something arrived. One target per identity:
+    /// registering again replaces it.
+    /// - Returns: The URL as the relay stored it.
+    /// - Throws: ``RallyClientError/relay(_:)``: the relay refuses a URL
+    ///   that is not https or points at a private address.
+    public func registerPush(_ url: URL) async throws(RallyClientError) -> URL {
+        try await PushService(context: context).register(url)
+    }
+
+    /// The push target the relay holds for this identity, if any.
+    public func pushTarget() async throws(RallyClientError) -> URL? {
+        try await PushService(context: context).target()
+    }
+
+    /// Removes this identity's push target; false when there was none.
+    public func unregisterPush() async throws(RallyClientError) -> Bool {
+        try await PushService(context: context).unregister()
+    }
+
     // MARK: Keys
 
     /// Publishes this identity's signed key bundle on the relay.

@@ -11,7 +11,7 @@ public final class SQLiteEscrowStore: EscrowStore {
     /// owner-only when missing.
     public init(dataDirectory: URL) throws {
         let url = dataDirectory.appendingPathComponent("escrows.sqlite")
-        try Self.prepareOwnerOnly(url)
+        try OwnerOnlyFile.prepare(url)
         var configuration = Configuration()
         configuration.label = "rally.relay.escrows"
         // WAL's default (NORMAL) may lose the last commits on power loss;
@@ -19,21 +19,6 @@ public final class SQLiteEscrowStore: EscrowStore {
         configuration.prepareDatabase { db in try db.execute(sql: "PRAGMA synchronous = FULL") }
         pool = try DatabasePool(path: url.path, configuration: configuration)
         try Self.migrator.migrate(pool)
-    }
-
-    /// The database file is created 0600 before SQLite opens it, so its
-    /// -wal and -shm files (which SQLite gives the database file's mode)
-    /// are too; files left by an earlier run are made owner-only.
-    private static func prepareOwnerOnly(_ url: URL) throws {
-        try FileManager.default.createDirectory(
-            at: url.deletingLastPathComponent(), withIntermediateDirectories: true,
-            attributes: [.posixPermissions: 0o700])
-        if !FileManager.default.fileExists(atPath: url.path) {
-            _ = FileManager.default.createFile(atPath: url.path, contents: nil, attributes: [.posixPermissions: 0o600])
-        }
-        for suffix in ["", "-wal", "-shm", "-journal"] where FileManager.default.fileExists(atPath: url.path + suffix) {
-            try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: url.path + suffix)
-        }
     }
 
     private static var migrator: DatabaseMigrator {

@@ -1,0 +1,20 @@
+import Foundation
+
+/// The relay's SQLite files are owner-only from the start.
+enum OwnerOnlyFile {
+    /// Creates the directory (0700) when missing and the database file
+    /// (0600) before SQLite opens it, so its -wal and -shm files (which
+    /// SQLite gives the database file's mode) are owner-only too, under any
+    /// umask; files left by an earlier run are made owner-only.
+    static func prepare(_ url: URL) throws {
+        try FileManager.default.createDirectory(
+            at: url.deletingLastPathComponent(), withIntermediateDirectories: true,
+            attributes: [.posixPermissions: 0o700])
+        if !FileManager.default.fileExists(atPath: url.path) {
+            _ = FileManager.default.createFile(atPath: url.path, contents: nil, attributes: [.posixPermissions: 0o600])
+        }
+        for suffix in ["", "-wal", "-shm", "-journal"] where FileManager.default.fileExists(atPath: url.path + suffix) {
+            try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: url.path + suffix)
+        }
+    }
+}
