@@ -40,6 +40,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.3"),
         .package(url: "https://github.com/adam-fowler/compress-nio.git", from: "1.5.0"),
         .package(url: "https://github.com/swift-server/async-http-client.git", from: "1.37.0"),
+        .package(url: "https://github.com/vapor/postgres-nio.git", from: "1.33.2"),
     ],
     targets: [
         .target(
@@ -75,6 +76,8 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
                 // Push: the relay calls registered webhooks (https).
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                // The store several relay nodes share.
+                .product(name: "PostgresNIO", package: "postgres-nio"),
             ],
             swiftSettings: strictImports
         ),
@@ -160,6 +163,9 @@ let package = Package(
                 // The fault proxy: a real TCP proxy between clients and a relay.
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
+                // A database of its own per test in the run's PostgreSQL.
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "Logging", package: "swift-log"),
             ],
             path: "Tests/RallyTestSupport",
             swiftSettings: strictImports

@@ -1,17 +1,60 @@
 import Foundation
+import Logging
 import RallyCrypto
+import RallyTestSupport
 import RallyWire
 import Testing
 
 @testable import RallyRelay
 
-@Suite("SQLite relay store", .timeLimit(.minutes(1)))
+/// A relay store under test: how to open it (again, on the same data) and
+/// how to remove its data afterwards.
+struct StoreUnderTest: Sendable {
+    let open: @Sendable () async throws -> any RelayStore
+    let remove: @Sendable () async -> Void
+}
+
+/// The stores the conformance suite runs on: SQLite always, PostgreSQL
+/// when the run has a server (scripts/test.sh starts one).
+enum StoreKind: String, CaseIterable, Sendable, CustomTestStringConvertible {
+    case sqlite, postgres
+
+    static var available: [StoreKind] { PostgresTestDatabase.isAvailable ? allCases : [.sqlite] }
+
+    var testDescription: String { rawValue }
+
+    func make() async throws -> StoreUnderTest {
+        switch self {
+        case .sqlite:
+            let directory = try TemporaryDirectory()
+            let url = directory.storeURL
+            return StoreUnderTest(
+                open: { try SQLiteRelayStore(url: url) }, remove: { directory.remove() })
+        case .postgres:
+            let database = try await PostgresTestDatabase.create()
+            let location = database.location
+            return StoreUnderTest(
+                open: { try await PostgresRelayStore(location: location, logger: .quiet) },
+                remove: { await database.drop() })
+        }
+    }
+}
+
+/// One conformance suite for every `RelayStore`: what the relay promises
+/// (seqs per topic, idempotency, expiry, durability across a reopen, key
+/// bundles, capability keys, deletion) holds whichever store keeps it.
+@Suite("Relay store conformance", .timeLimit(.minutes(1)))
 struct StoreTests {
-    @Test("seqs are per topic, strictly increasing and gap-free")
-    func seqsPerTopic() async throws {
-        let directory = try TemporaryDirectory()
-        defer { directory.remove() }
-        let store = try SQLiteRelayStore(url: directory.storeURL)
+    @Test("PostgreSQL is there wherever the suite must run on it (CI)")
+    func postgresWhereRequired() {
+        let ci = ProcessInfo.processInfo.environment["CI"].map { !$0.isEmpty && $0 != "false" } ?? false
+        #expect(!ci || PostgresTestDatabase.isAvailable, "CI runs scripts/test.sh, which starts PostgreSQL")
+    }
+
+    @Test("seqs are per topic, strictly increasing and gap-free", arguments: StoreKind.available)
+    func seqsPerTopic(_ kind: StoreKind) async throws {
+        let place = try await kind.make()
+        let store = try await place.open()
         let results = try await store.appendAll(
             [request("group/a", "1"), request("group/b", "1"), request("group/a", "2"), request("group/a", "3")],
             serverTimeMilliseconds: 42)
@@ -24,13 +67,13 @@ struct StoreTests {
         #expect(page.envelopes.first?.payload == Data("2".utf8))
         #expect(page.headSeq == 3)
         try await store.close()
+        await place.remove()
     }
 
-    @Test("a retried publish is stored once and answered with the original seq")
-    func idempotentRetry() async throws {
-        let directory = try TemporaryDirectory()
-        defer { directory.remove() }
-        let store = try SQLiteRelayStore(url: directory.storeURL)
+    @Test("a retried publish is stored once and answered with the original seq", arguments: StoreKind.available)
+    func idempotentRetry(_ kind: StoreKind) async throws {
+        let place = try await kind.make()
+        let store = try await place.open()
         let first = try await store.appendAll([request("group/a", "hello", key: "k1")], serverTimeMilliseconds: 1)
         _ = try await store.appendAll([request("group/a", "other")], serverTimeMilliseconds: 2)
         let retry = try await store.appendAll(
@@ -49,13 +92,13 @@ struct StoreTests {
         let elsewhere = try await store.appendAll([request("group/b", "hello", key: "k1")], serverTimeMilliseconds: 4)
         #expect(!elsewhere[0].duplicate)
         try await store.close()
+        await place.remove()
     }
 
-    @Test("expired envelopes are pruned and their seqs are never reused")
-    func pruning() async throws {
-        let directory = try TemporaryDirectory()
-        defer { directory.remove() }
-        let store = try SQLiteRelayStore(url: directory.storeURL)
+    @Test("expired envelopes are pruned and their seqs are never reused", arguments: StoreKind.available)
+    func pruning(_ kind: StoreKind) async throws {
+        let place = try await kind.make()
+        let store = try await place.open()
         _ = try await store.appendAll(
             [
                 request("group/a", "short", expiresAt: 1_000), request("group/a", "forever"),
@@ -73,15 +116,15 @@ struct StoreTests {
         let next = try await store.appendAll([request("group/a", "next")], serverTimeMilliseconds: 2_000)
         #expect(next[0].envelope.seq == 5)
         try await store.close()
+        await place.remove()
     }
 
-    @Test("the store survives a reopen")
-    func reopen() async throws {
-        let directory = try TemporaryDirectory()
-        defer { directory.remove() }
+    @Test("the store survives a reopen", arguments: StoreKind.available)
+    func reopen(_ kind: StoreKind) async throws {
+        let place = try await kind.make()
         let identity = Identity(displayName: "Ada")
         do {
-            let store = try SQLiteRelayStore(url: directory.storeURL)
+            let store = try await place.open()
             _ = try await store.appendAll(
                 [request("group/a", "1", key: "k"), request("group/a", "2")], serverTimeMilliseconds: 1)
             let bundle = identity.signedKeyBundle()
@@ -90,7 +133,7 @@ struct StoreTests {
                 createdAtMilliseconds: 10)
             try await store.close()
         }
-        let store = try SQLiteRelayStore(url: directory.storeURL)
+        let store = try await place.open()
         let page = try await store.fetch(topic: "group/a", after: 0, limit: 10, nowMilliseconds: 0)
         #expect(page.envelopes.map(\.payload) == [Data("1".utf8), Data("2".utf8)])
         let retry = try await store.appendAll(
@@ -99,13 +142,13 @@ struct StoreTests {
         #expect(retry.map(\.duplicate) == [true, false])
         #expect(try await store.keyBundle(inboxID: identity.inboxID) == identity.signedKeyBundle())
         try await store.close()
+        await place.remove()
     }
 
-    @Test("a key bundle is replaced only by one of the same key that is not older")
-    func keyBundles() async throws {
-        let directory = try TemporaryDirectory()
-        defer { directory.remove() }
-        let store = try SQLiteRelayStore(url: directory.storeURL)
+    @Test("a key bundle is replaced only by one of the same key that is not older", arguments: StoreKind.available)
+    func keyBundles(_ kind: StoreKind) async throws {
+        let place = try await kind.make()
+        let store = try await place.open()
         let identity = Identity(displayName: "Ada")
         let key = identity.signingKey.publicKey.rawRepresentation
         var first = WireSignedKeyBundle()
@@ -132,5 +175,6 @@ struct StoreTests {
         }
         #expect(try await store.keyBundle(inboxID: identity.inboxID) == second)
         try await store.close()
+        await place.remove()
     }
 }

@@ -1,0 +1,467 @@
+public import Foundation
+public import Logging
+import PostgresNIO
+public import RallyCrypto
+public import RallyWire
+
+/// Where a relay node finds its PostgreSQL, parsed from
+/// `postgres://user:password@host:port/database` (ADR 0021).
+public struct PostgresLocation: Sendable, Equatable {
+    public var host: String
+    public var port: Int
+    public var username: String
+    public var password: String?
+    public var database: String?
+
+    public init?(url text: String) {
+        guard let components = URLComponents(string: text),
+            ["postgres", "postgresql"].contains(components.scheme?.lowercased() ?? ""),
+            let host = components.host, !host.isEmpty, let username = components.user, !username.isEmpty
+        else { return nil }
+        self.host = host
+        self.port = components.port ?? 5432
+        self.username = username.removingPercentEncoding ?? username
+        self.password = components.password.map { $0.removingPercentEncoding ?? $0 }
+        let path = components.path.hasPrefix("/") ? String(components.path.dropFirst()) : components.path
+        self.database = path.isEmpty ? nil : path
+    }
+}
+
+/// The relay's store in PostgreSQL, shared by several relay nodes
+/// (ADR 0021). The same guarantees as the SQLite store, across nodes:
+/// appends to one topic serialize on a transaction-scoped advisory lock,
+/// so seqs stay gap-free and strictly increasing and an idempotency key
+/// is stored once whichever node each try reached; a commit returns only
+/// after PostgreSQL made it durable. Every stored envelope is announced
+/// with `NOTIFY` in its own transaction, so other nodes learn of it when,
+/// and only if, it commits.
+public final class PostgresRelayStore: RelayStore, PushTargetStore {
+    /// The channel every node listens on; the payload is
+    /// `<node> <seq> <topic>`.
+    static let channel = "rally_envelopes"
+
+    let client: PostgresClient
+    /// This process's id in notifications: a node skips its own.
+    let nodeID: String
+    private let logger: Logger
+    private let runTask: Task<Void, Never>
+
+    public init(location: PostgresLocation, logger: Logger, maxConnections: Int = 16) async throws {
+        var configuration = PostgresClient.Configuration(
+            host: location.host, port: location.port, username: location.username, password: location.password,
+            database: location.database, tls: .disable)
+        configuration.options.maximumConnections = max(2, maxConnections)
+        let client = PostgresClient(configuration: configuration, backgroundLogger: logger)
+        self.client = client
+        self.logger = logger
+        self.nodeID = UUID().uuidString.lowercased()
+        runTask = Task { await client.run() }
+        do {
+            try await Self.migrate(client, logger: logger)
+        } catch {
+            runTask.cancel()
+            throw error
+        }
+    }
+
+    /// Creates the tables once, whichever nodes start at the same time.
+    private static func migrate(_ client: PostgresClient, logger: Logger) async throws {
+        try await transaction(client, logger: logger) { connection in
+            // Any fixed number: the nodes' shared migration lock.
+            try await connection.query("SELECT pg_advisory_xact_lock(72617001)", logger: logger)
+            for statement in schema {
+                try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger)
+            }
+        }
+    }
+
+    private static let schema = [
+        "CREATE TABLE IF NOT EXISTS topics (name TEXT PRIMARY KEY, last_seq BIGINT NOT NULL, last_control_seq BIGINT NOT NULL DEFAULT 0, bytes BIGINT NOT NULL DEFAULT 0)",
+        """
+        CREATE TABLE IF NOT EXISTS envelopes (topic TEXT NOT NULL, seq BIGINT NOT NULL, server_time_ms BIGINT NOT NULL,
+        payload BYTEA NOT NULL, should_push BOOLEAN NOT NULL, expires_at_ms BIGINT NOT NULL, idempotency_key BYTEA,
+        control BOOLEAN NOT NULL DEFAULT false, retires_key BYTEA, PRIMARY KEY (topic, seq))
+        """,
+        "CREATE UNIQUE INDEX IF NOT EXISTS envelopes_idempotency ON envelopes (topic, idempotency_key)",
+        "CREATE INDEX IF NOT EXISTS envelopes_expiry ON envelopes (expires_at_ms) WHERE expires_at_ms > 0",
+        "CREATE INDEX IF NOT EXISTS envelopes_inbox_age ON envelopes (server_time_ms) WHERE topic LIKE 'inbox/%'",
+        "CREATE TABLE IF NOT EXISTS topic_keys (topic TEXT NOT NULL, access_key BYTEA NOT NULL, valid_through BIGINT, PRIMARY KEY (topic, access_key))",
+        "CREATE TABLE IF NOT EXISTS deleted_topics (topic TEXT PRIMARY KEY, deleted_at_ms BIGINT NOT NULL)",
+        """
+        CREATE TABLE IF NOT EXISTS key_bundles (inbox_id TEXT PRIMARY KEY, signing_key BYTEA NOT NULL,
+        created_at_ms BIGINT NOT NULL, bundle BYTEA NOT NULL, signature BYTEA NOT NULL)
+        """,
+        "CREATE TABLE IF NOT EXISTS push_targets (inbox_id TEXT PRIMARY KEY, url TEXT NOT NULL, registered_at_ms BIGINT NOT NULL)",
+    ]
+
+    /// A transaction whose failure is the closure's own error (a refusal
+    /// the caller tells apart), not PostgresNIO's wrapper around it.
+    private func transaction<T: Sendable>(
+        _ body: (PostgresConnection) async throws -> sending T
+    ) async throws -> T {
+        try await Self.transaction(client, logger: logger, body)
+    }
+
+    private static func transaction<T: Sendable>(
+        _ client: PostgresClient, logger: Logger, _ body: (PostgresConnection) async throws -> sending T
+    ) async throws -> T {
+        do {
+            return try await client.withTransaction(logger: logger, body)
+        } catch let error as PostgresTransactionError {
+            if let inner = error.closureError { throw inner }
+            throw error
+        }
+    }
+
+    // MARK: Envelopes
+
+    public func append(
+        _ batch: [PublishRequest], serverTimeMilliseconds: Int64
+    ) async throws -> [Result<AppendResult, AppendRefusal>] {
+        guard !batch.isEmpty else { return [] }
+        let logger = logger
+        let nodeID = nodeID
+        return try await transaction { connection in
+            // Every topic of the batch locked up front, in one order on
+            // every node: two nodes' batches never wait on each other in a
+            // cycle.
+            for topic in Set(batch.map(\.topic)).sorted() {
+                try await connection.query(
+                    "SELECT pg_advisory_xact_lock(hashtextextended(\(topic), 0))", logger: logger)
+            }
+            var results: [Result<AppendResult, AppendRefusal>] = []
+            results.reserveCapacity(batch.count)
+            for request in batch {
+                let result = try await Self.append(
+                    request, serverTime: serverTimeMilliseconds, connection: connection, logger: logger)
+                if case .success(let appended) = result, !appended.duplicate {
+                    let note = "\(nodeID) \(appended.envelope.seq) \(request.topic)"
+                    try await connection.query("SELECT pg_notify(\(Self.channel), \(note))", logger: logger)
+                }
+                results.append(result)
+            }
+            return results
+        }
+    }
+
+    private static func append(
+        _ request: PublishRequest, serverTime: Int64, connection: PostgresConnection, logger: Logger
+    ) async throws -> Result<AppendResult, AppendRefusal> {
+        let key: Data? = request.idempotencyKey.isEmpty ? nil : request.idempotencyKey
+        if let key {
+            let rows = try await connection.query(
+                """
+                SELECT topic, seq, server_time_ms, payload, should_push, expires_at_ms, control
+                FROM envelopes WHERE topic = \(request.topic) AND idempotency_key = \(key)
+                """, logger: logger)
+            for try await row in rows {
+                // A retry: answered before any other check, as long as the
+                // key is one the topic has known.
+                if let accessKey = request.accessKey,
+                    try await status(topic: request.topic, key: accessKey, connection: connection, logger: logger)
+                        == .unknown
+                {
+                    return .failure(.forbidden("this access key is not one of the topic's"))
+                }
+                return .success(AppendResult(envelope: try envelope(row), duplicate: true))
+            }
+        }
+        var lastSeq: Int64 = 0
+        var lastControlSeq: Int64 = 0
+        var storedBytes: Int64 = 0
+        let topicRows = try await connection.query(
+            "SELECT last_seq, last_control_seq, bytes FROM topics WHERE name = \(request.topic)", logger: logger)
+        for try await (seq, control, bytes) in topicRows.decode((Int64, Int64, Int64).self) {
+            (lastSeq, lastControlSeq, storedBytes) = (seq, control, bytes)
+        }
+        var registers = false
+        if let accessKey = request.accessKey {
+            switch try await status(topic: request.topic, key: accessKey, connection: connection, logger: logger) {
+            case .current: break
+            case .retired(let validThrough): return .failure(.accessRevoked(lastReadableSeq: validThrough))
+            case .unknown: return .failure(.forbidden("this access key is not the topic's current one"))
+            case .deleted: return .failure(.topicDeleted)
+            case .unregistered:
+                guard TopicAccess.topicID(firstAccessKey: accessKey) == topicID(of: request.topic) else {
+                    return .failure(.forbidden("the topic does not exist and this key does not found its id"))
+                }
+                registers = true
+            }
+        }
+        if request.control, UInt64(max(0, lastControlSeq)) != request.expectedControlSeq {
+            return .failure(.conflict(lastControlSeq: UInt64(max(0, lastControlSeq))))
+        }
+        let newBytes = storedBytes + Int64(request.payload.count)
+        if request.quotaBytes > 0, newBytes > request.quotaBytes {
+            return .failure(.quotaExceeded("the topic stores at most \(request.quotaBytes) bytes"))
+        }
+        if registers, let accessKey = request.accessKey {
+            try await connection.query(
+                "INSERT INTO topic_keys (topic, access_key, valid_through) VALUES (\(request.topic), \(accessKey), NULL)",
+                logger: logger)
+        }
+        let seq = lastSeq + 1
+        let controlSeq = request.control ? seq : lastControlSeq
+        try await connection.query(
+            """
+            INSERT INTO topics (name, last_seq, bytes, last_control_seq) VALUES (\(request.topic), \(seq), \(newBytes), \(controlSeq))
+            ON CONFLICT (name) DO UPDATE SET last_seq = excluded.last_seq, bytes = excluded.bytes,
+            last_control_seq = excluded.last_control_seq
+            """, logger: logger)
+        var retired: Data?
+        if request.control, let newKey = request.rotateAccessKey, let oldKey = request.accessKey, newKey != oldKey {
+            try await connection.query(
+                "UPDATE topic_keys SET valid_through = \(seq) WHERE topic = \(request.topic) AND valid_through IS NULL",
+                logger: logger)
+            try await connection.query(
+                """
+                INSERT INTO topic_keys (topic, access_key, valid_through) VALUES (\(request.topic), \(newKey), NULL)
+                ON CONFLICT (topic, access_key) DO UPDATE SET valid_through = NULL
+                """, logger: logger)
+            retired = oldKey
+        }
+        try await connection.query(
+            """
+            INSERT INTO envelopes (topic, seq, server_time_ms, payload, should_push, expires_at_ms, idempotency_key,
+            control, retires_key) VALUES (\(request.topic), \(seq), \(serverTime), \(request.payload),
+            \(request.shouldPush), \(request.expiresAtMilliseconds), \(key), \(request.control), \(retired))
+            """, logger: logger)
+        var stored = WireEnvelope()
+        stored.topic = request.topic
+        stored.seq = UInt64(seq)
+        stored.serverTimeMs = serverTime
+        stored.payload = request.payload
+        stored.shouldPush = request.shouldPush
+        stored.expiresAtMs = request.expiresAtMilliseconds
+        stored.control = request.control
+        return .success(AppendResult(envelope: stored, duplicate: false, retiredKey: retired))
+    }
+
+    private static func topicID(of topic: String) -> Substring {
+        topic.firstIndex(of: "/").map { topic[topic.index(after: $0)...] } ?? ""
+    }
+
+    private static func status(
+        topic: String, key: Data, connection: PostgresConnection, logger: Logger
+    ) async throws -> AccessKeyStatus {
+        let rows = try await connection.query(
+            "SELECT valid_through FROM topic_keys WHERE topic = \(topic) AND access_key = \(key)", logger: logger)
+        for try await validThrough in rows.decode(Int64?.self) {
+            return validThrough.map { .retired(validThrough: UInt64(max(0, $0))) } ?? .current
+        }
+        let flags = try await connection.query(
+            """
+            SELECT EXISTS (SELECT 1 FROM deleted_topics WHERE topic = \(topic)),
+            EXISTS (SELECT 1 FROM topic_keys WHERE topic = \(topic))
+            """, logger: logger)
+        for try await (deleted, known) in flags.decode((Bool, Bool).self) {
+            if deleted { return .deleted }
+            return known ? .unknown : .unregistered
+        }
+        return .unregistered
+    }
+
+    public func accessKeyStatus(topic: String, key: Data) async throws -> AccessKeyStatus {
+        let logger = logger
+        return try await client.withConnection { connection in
+            try await Self.status(topic: topic, key: key, connection: connection, logger: logger)
+        }
+    }
+
+    public func deleteTopic(_ topic: String, accessKey: Data, nowMilliseconds: Int64) async throws -> TopicDeletion {
+        let logger = logger
+        return try await transaction { connection in
+            try await connection.query("SELECT pg_advisory_xact_lock(hashtextextended(\(topic), 0))", logger: logger)
+            switch try await Self.status(topic: topic, key: accessKey, connection: connection, logger: logger) {
+            case .deleted: return .alreadyDeleted
+            case .current: break
+            case let other: return .refused(other)
+            }
+            let deleted = try await connection.query(
+                "WITH gone AS (DELETE FROM envelopes WHERE topic = \(topic) RETURNING 1) SELECT count(*) FROM gone",
+                logger: logger)
+            var envelopes = 0
+            for try await count in deleted.decode(Int64.self) { envelopes = Int(count) }
+            try await connection.query("DELETE FROM topic_keys WHERE topic = \(topic)", logger: logger)
+            try await connection.query("DELETE FROM topics WHERE name = \(topic)", logger: logger)
+            try await connection.query(
+                "INSERT INTO deleted_topics (topic, deleted_at_ms) VALUES (\(topic), \(nowMilliseconds))",
+                logger: logger)
+            return .deleted(envelopes: envelopes)
+        }
+    }
+
+    public func fetch(
+        topic: String, after: UInt64, limit: Int, maxBytes: Int, nowMilliseconds: Int64
+    ) async throws -> FetchResult {
+        let after = Int64(clamping: after)
+        let limit = Int64(max(0, limit))
+        let logger = logger
+        // One transaction at REPEATABLE READ: head and page from the same snapshot.
+        return try await client.withConnection { connection in
+            try await connection.query("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", logger: logger)
+            do {
+                var head: Int64 = 0
+                for try await seq in try await connection.query(
+                    "SELECT last_seq FROM topics WHERE name = \(topic)", logger: logger
+                ).decode(Int64.self) { head = seq }
+                let rows = try await connection.query(
+                    """
+                    SELECT topic, seq, server_time_ms, payload, should_push, expires_at_ms, control, retires_key
+                    FROM envelopes WHERE topic = \(topic) AND seq > \(after)
+                    AND (expires_at_ms = 0 OR expires_at_ms >= \(nowMilliseconds))
+                    ORDER BY seq LIMIT \(limit)
+                    """, logger: logger)
+                var envelopes: [WireEnvelope] = []
+                var retiredKeys: [UInt64: Data] = [:]
+                var bytes = 0
+                for try await row in rows {
+                    let envelope = try Self.envelope(row)
+                    if maxBytes > 0, !envelopes.isEmpty, bytes + envelope.payload.count > maxBytes { break }
+                    bytes += envelope.payload.count
+                    if let retired = try row.makeRandomAccess()["retires_key"].decode(Data?.self) {
+                        retiredKeys[envelope.seq] = retired
+                    }
+                    envelopes.append(envelope)
+                }
+                try await connection.query("COMMIT", logger: logger)
+                return FetchResult(envelopes: envelopes, headSeq: UInt64(max(0, head)), retiredKeys: retiredKeys)
+            } catch {
+                _ = try? await connection.query("ROLLBACK", logger: logger)
+                throw error
+            }
+        }
+    }
+
+    public func headSeq(topic: String) async throws -> UInt64 {
+        var head: Int64 = 0
+        for try await seq in try await client.query(
+            "SELECT last_seq FROM topics WHERE name = \(topic)", logger: logger
+        ).decode(Int64.self) { head = seq }
+        return UInt64(max(0, head))
+    }
+
+    // MARK: Key bundles
+
+    public func putKeyBundle(
+        _ bundle: WireSignedKeyBundle, inboxID: InboxID, signingPublicKey: Data, createdAtMilliseconds: Int64
+    ) async throws -> KeyBundlePutResult {
+        let logger = logger
+        let inbox = inboxID.rawValue
+        return try await transaction { connection in
+            try await connection.query(
+                "SELECT pg_advisory_xact_lock(hashtextextended(\("bundle/" + inbox), 0))", logger: logger)
+            let rows = try await connection.query(
+                "SELECT signing_key, created_at_ms, bundle, signature FROM key_bundles WHERE inbox_id = \(inbox)",
+                logger: logger)
+            for try await (storedKey, storedCreatedAt, storedBundle, signature) in rows.decode(
+                (Data, Int64, Data, Data).self)
+            {
+                guard storedKey == signingPublicKey else { throw RelayStoreError.signingKeyMismatch }
+                if createdAtMilliseconds < storedCreatedAt {
+                    var current = WireSignedKeyBundle()
+                    current.bundle = storedBundle
+                    current.signature = signature
+                    return .stale(current: current)
+                }
+            }
+            try await connection.query(
+                """
+                INSERT INTO key_bundles (inbox_id, signing_key, created_at_ms, bundle, signature)
+                VALUES (\(inbox), \(signingPublicKey), \(createdAtMilliseconds), \(bundle.bundle), \(bundle.signature))
+                ON CONFLICT (inbox_id) DO UPDATE SET created_at_ms = excluded.created_at_ms,
+                bundle = excluded.bundle, signature = excluded.signature
+                """, logger: logger)
+            return .stored
+        }
+    }
+
+    public func keyBundle(inboxID: InboxID) async throws -> WireSignedKeyBundle? {
+        let rows = try await client.query(
+            "SELECT bundle, signature FROM key_bundles WHERE inbox_id = \(inboxID.rawValue)", logger: logger)
+        for try await (bundle, signature) in rows.decode((Data, Data).self) {
+            var signed = WireSignedKeyBundle()
+            signed.bundle = bundle
+            signed.signature = signature
+            return signed
+        }
+        return nil
+    }
+
+    // MARK: Pruning
+
+    public func deleteExpired(nowMilliseconds: Int64, inboxCutoffMilliseconds: Int64) async throws -> Int {
+        let logger = logger
+        return try await transaction { connection in
+            // Quotas count stored bytes, so deleted payloads give them back;
+            // topic heads stay, so a seq is never handed out twice.
+            let rows = try await connection.query(
+                """
+                WITH gone AS (
+                    DELETE FROM envelopes
+                    WHERE (expires_at_ms > 0 AND expires_at_ms < \(nowMilliseconds))
+                    OR (\(inboxCutoffMilliseconds) > 0 AND topic LIKE 'inbox/%' AND server_time_ms < \(inboxCutoffMilliseconds))
+                    RETURNING topic, length(payload) AS size),
+                freed AS (SELECT topic, SUM(size) AS bytes, COUNT(*) AS envelopes FROM gone GROUP BY topic),
+                updated AS (UPDATE topics SET bytes = topics.bytes - freed.bytes FROM freed WHERE topics.name = freed.topic)
+                SELECT COALESCE(SUM(envelopes), 0)::BIGINT FROM freed
+                """, logger: logger)
+            var deleted = 0
+            for try await count in rows.decode(Int64.self) { deleted = Int(count) }
+            return deleted
+        }
+    }
+
+    // MARK: Push targets
+
+    public func register(inbox: String, url: URL, nowMilliseconds: Int64) async throws {
+        try await client.query(
+            """
+            INSERT INTO push_targets (inbox_id, url, registered_at_ms) VALUES (\(inbox), \(url.absoluteString), \(nowMilliseconds))
+            ON CONFLICT (inbox_id) DO UPDATE SET url = excluded.url, registered_at_ms = excluded.registered_at_ms
+            """, logger: logger)
+    }
+
+    public func unregister(inbox: String) async throws -> Bool {
+        let rows = try await client.query(
+            "DELETE FROM push_targets WHERE inbox_id = \(inbox) RETURNING inbox_id", logger: logger)
+        var removed = false
+        for try await _ in rows { removed = true }
+        return removed
+    }
+
+    public func target(inbox: String) async throws -> URL? {
+        let rows = try await client.query("SELECT url FROM push_targets WHERE inbox_id = \(inbox)", logger: logger)
+        for try await url in rows.decode(String.self) { return URL(string: url) }
+        return nil
+    }
+
+    public func registeredInboxes() async throws -> [String] {
+        var inboxes: [String] = []
+        for try await inbox in try await client.query("SELECT inbox_id FROM push_targets", logger: logger).decode(
+            String.self)
+        {
+            inboxes.append(inbox)
+        }
+        return inboxes
+    }
+
+    public func close() async throws {
+        runTask.cancel()
+        await runTask.value
+    }
+
+    private static func envelope(_ row: PostgresRow) throws -> WireEnvelope {
+        let (topic, seq, serverTime, payload, shouldPush, expiresAt, control) = try row.decode(
+            (String, Int64, Int64, Data, Bool, Int64, Bool).self)
+        var envelope = WireEnvelope()
+        envelope.topic = topic
+        envelope.seq = UInt64(max(0, seq))
+        envelope.serverTimeMs = serverTime
+        envelope.payload = payload
+        envelope.shouldPush = shouldPush
+        envelope.expiresAtMs = expiresAt
+        envelope.control = control
+        return envelope
+    }
+}
