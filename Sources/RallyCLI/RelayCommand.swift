@@ -12,7 +12,13 @@ struct RelayCommand: AsyncParsableCommand {
 
     @Option(help: "Address to listen on.") var host = "127.0.0.1"
     @Option(help: "Port to listen on (0 picks a free one).") var port = 8080
-    @Option(help: "Directory of the relay's SQLite store.") var data = "rally-data"
+    @Option(help: "Directory of the relay's SQLite store (and, with --postgres, of its blobs and escrows).")
+    var data = "rally-data"
+    @Option(
+        help: ArgumentHelp(
+            "Keep envelopes, key bundles and push targets in this PostgreSQL, shared with other relay nodes (postgres://user:password@host:port/database; env RALLY_POSTGRES). Without it: SQLite in --data, no configuration.",
+            valueName: "url"))
+    var postgres: String?
     @Option(help: "Log level: trace, debug, info, notice, warning, error.") var logLevel = "info"
     @Option(
         help: ArgumentHelp(
@@ -112,9 +118,18 @@ struct RelayCommand: AsyncParsableCommand {
         limits.push.minInterval = .seconds(pushIntervalSeconds)
         limits.push.allowsInsecureTargets = pushAllowHttp
         limits.push.allowsPrivateTargets = pushAllowPrivate
+        var postgresLocation: PostgresLocation?
+        if let text = postgres
+            ?? ProcessInfo.processInfo.environment["RALLY_POSTGRES"].flatMap({ $0.isEmpty ? nil : $0 })
+        {
+            guard let location = PostgresLocation(url: text) else {
+                throw ValidationError("--postgres must be a URL such as postgres://rally:secret@db.example:5432/rally")
+            }
+            postgresLocation = location
+        }
         let configuration = RelayConfiguration(
             host: host, port: port, dataDirectory: URL(fileURLWithPath: data), limits: limits,
-            publicURL: publicURLValue)
+            publicURL: publicURLValue, postgres: postgresLocation)
         try await RelayMain.run(configuration: configuration, logger: logger)
     }
 }

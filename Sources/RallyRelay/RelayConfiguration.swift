@@ -19,6 +19,9 @@ public struct RelayConfiguration: Sendable {
     /// reach the relay directly, past the proxy (and for tests that put a
     /// fault proxy in front of some clients only).
     public var acceptsBindOrigins: Bool
+    /// The PostgreSQL several relay nodes share (ADR 0021); nil: the
+    /// embedded SQLite store in `dataDirectory`.
+    public var postgres: PostgresLocation?
 
     public init(
         host: String = "127.0.0.1",
@@ -26,8 +29,10 @@ public struct RelayConfiguration: Sendable {
         dataDirectory: URL = URL(fileURLWithPath: "rally-data"),
         limits: RelayLimits = .default,
         publicURL: URL? = nil,
-        acceptsBindOrigins: Bool = false
+        acceptsBindOrigins: Bool = false,
+        postgres: PostgresLocation? = nil
     ) {
+        self.postgres = postgres
         self.host = host
         self.port = port
         self.dataDirectory = dataDirectory

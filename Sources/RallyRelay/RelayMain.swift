@@ -7,7 +7,7 @@ public enum RelayMain {
     /// Runs the relay until SIGINT or SIGTERM, then shuts down gracefully.
     /// Prints one line to stdout once the listener is bound.
     public static func run(configuration: RelayConfiguration, logger: Logger) async throws {
-        let server = try RelayServer(configuration: configuration, logger: logger)
+        let server = try await RelayServer(configuration: configuration, logger: logger)
         let group = ServiceGroup(
             configuration: .init(
                 services: [server, server.shutdownNotice], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)

@@ -13,14 +13,32 @@ public final class RelayServer: Service, Sendable, CustomStringConvertible {
     private let logger: Logger
     let services: RelayServices
     private let listening = ListeningSignal()
+    /// The shared store, when this node is one of several.
+    private let postgres: PostgresRelayStore?
 
-    public init(configuration: RelayConfiguration, logger: Logger, clock: some RelayClock = SystemRelayClock()) throws {
+    /// With `configuration.postgres`, envelopes, key bundles and push
+    /// targets live in that PostgreSQL, shared with other nodes, and this
+    /// node hears of their commits there; blobs, escrows and call rooms stay
+    /// on the node (ADR 0021).
+    public init(
+        configuration: RelayConfiguration, logger: Logger, clock: some RelayClock = SystemRelayClock()
+    ) async throws {
         self.configuration = configuration
         self.logger = logger
-        let store = try SQLiteRelayStore(url: configuration.storeURL)
+        let store: any RelayStore
+        let pushTargets: any PushTargetStore
+        if let location = configuration.postgres {
+            let shared = try await PostgresRelayStore(location: location, logger: logger)
+            store = shared
+            pushTargets = shared
+            postgres = shared
+        } else {
+            store = try SQLiteRelayStore(url: configuration.storeURL)
+            pushTargets = try SQLitePushTargetStore(dataDirectory: configuration.dataDirectory)
+            postgres = nil
+        }
         let blobs = try FileBlobStore(dataDirectory: configuration.dataDirectory)
         let escrows = try SQLiteEscrowStore(dataDirectory: configuration.dataDirectory)
-        let pushTargets = try SQLitePushTargetStore(dataDirectory: configuration.dataDirectory)
         services = RelayServices(
             store: store, blobs: blobs, escrows: escrows, pushTargets: pushTargets, clock: clock,
             limits: configuration.limits,
@@ -73,6 +91,9 @@ public final class RelayServer: Service, Sendable, CustomStringConvertible {
                     group.addTask { await Self.pruneLoop(services: services) }
                     group.addTask { await Self.roomTickLoop(services: services) }
                     group.addTask { await services.push.run() }
+                    if let postgres = self.postgres {
+                        group.addTask { await PostgresLiveFeed(store: postgres, services: services).run() }
+                    }
                     // The server ends first (shutdown or failure); pruning
                     // then stops with it.
                     try await group.next()
@@ -112,7 +133,8 @@ public final class RelayServer: Service, Sendable, CustomStringConvertible {
             if failure == nil { failure = error }
         }
         do {
-            try await services.push.closeStore()
+            // The shared store is the push target store too: closed once.
+            if postgres == nil { try await services.push.closeStore() }
         } catch {
             logger.error("closing the push target store failed", metadata: ["error": "\(error)"])
             if failure == nil { failure = error }

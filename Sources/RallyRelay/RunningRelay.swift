@@ -34,7 +34,7 @@ public final class RunningRelay: Sendable {
         configuration: RelayConfiguration, logger: Logger = Logger(label: "rally.relay"),
         clock: some RelayClock = SystemRelayClock()
     ) async throws -> RunningRelay {
-        let server = try RelayServer(configuration: configuration, logger: logger, clock: clock)
+        let server = try await RelayServer(configuration: configuration, logger: logger, clock: clock)
         // No signal handling: the host process owns its signals.
         let group = ServiceGroup(
             configuration: .init(

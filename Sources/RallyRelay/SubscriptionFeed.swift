@@ -75,6 +75,13 @@ struct SubscriptionFeed: Sendable {
             progress.subscribed = true
 
             for await item in subscription.items where item.envelope.seq > progress.lastSent {
+                if item.envelope.seq > progress.lastSent + 1 {
+                    // A gap: with several nodes, this node's own commits can
+                    // reach the hub before another node's earlier ones.
+                    // Everything up to this seq is committed: read it in order.
+                    try await replayBacklog(&progress)
+                    if item.envelope.seq <= progress.lastSent { continue }
+                }
                 try await deliver(item.envelope, retiredKey: item.retiredKey, &progress)
             }
             try Task.checkCancellation()

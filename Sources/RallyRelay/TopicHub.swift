@@ -103,6 +103,9 @@ actor TopicHub {
         for id in Array(entries.keys) { end(id, reason: .shutDown) }
     }
 
+    /// The topics with a subscriber on this node.
+    func followedTopics() -> [String] { Array(byTopic.keys) }
+
     func subscriberCount(topic: String) -> Int {
         byTopic[topic]?.count ?? 0
     }
