@@ -2,13 +2,18 @@
 # Side-by-side benchmark: Rally's relay against durable Redis on the same
 # machine, in one run, printed as one table.
 #
-#   scripts/bench-vs-redis.sh [--clients 1,10,100] [--messages 300] [--payload 256]
+#   scripts/bench-vs-redis.sh [--clients 1,10,100] [--messages 300] [--payload 256] [--no-postgres]
 #
 # Rally:  `rally-bench relay` (a relay in its own process, SQLite WAL with
 #         synchronous=FULL). Each of N clients publishes M messages of P bytes;
 #         a publish is acknowledged only after the relay's durable commit
 #         (fsync), and each message is delivered to a subscriber. msg/s is
 #         deliveries per second of wall time; latency is publish -> delivery.
+# Rally on PostgreSQL: the same bench with `--postgres` on a private cluster
+#         this script starts (scripts/lib/private-postgres.sh; fsync on,
+#         synchronous_commit on), with 1 node and with 3 nodes (each client
+#         subscribes on one node and publishes on the next, so every message
+#         crosses nodes). Skipped with --no-postgres.
 # Redis:  our own redis-server on a free loopback port, in a temp directory,
 #         with --appendonly yes --appendfsync always --save '' (a write is
 #         acknowledged only after the AOF fsync). redis-benchmark runs
@@ -33,6 +38,7 @@ rally_bench=${RALLY_BENCH:-$root/.build/release/rally-bench}
 clients=1,10,100
 messages=300
 payload=256
+with_postgres=1
 
 die() {
   echo "$me: $*" >&2
@@ -47,6 +53,7 @@ usage: $me [--clients 1,10,100] [--messages 300] [--payload 256]
   --messages  messages each client publishes (default 300); Redis gets
               clients*messages XADDs in total for each client count
   --payload   payload bytes per message (default 256; rally-bench needs >= 16)
+  --no-postgres  leave out Rally on PostgreSQL (1 and 3 nodes)
 env: RALLY_BENCH  path to rally-bench (default .build/release/rally-bench)
 EOF
 }
@@ -65,6 +72,7 @@ while [ $# -gt 0 ]; do
     --clients=*) clients=${1#*=} && shift ;;
     --messages=*) messages=${1#*=} && shift ;;
     --payload=*) payload=${1#*=} && shift ;;
+    --no-postgres) with_postgres=0 && shift ;;
     -h | --help) usage && exit 0 ;;
     *) usage >&2 && die "unknown argument: $1" ;;
   esac
@@ -95,9 +103,13 @@ command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 if ! command -v redis-benchmark >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then
   missing+=(redis-tools) # Debian's package for redis-benchmark and redis-cli
 fi
+if [ "$with_postgres" = 1 ] && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 &&
+  ! command -v initdb >/dev/null 2>&1; then
+  missing+=(postgresql)
+fi
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
-    die "needs redis-server, redis-benchmark and redis-cli; install them (Debian/Ubuntu: sudo apt-get install -y ${missing[*]}; macOS: brew install redis) and rerun"
+    die "needs redis-server, redis-benchmark and redis-cli (and postgresql unless --no-postgres); install them (Debian/Ubuntu: sudo apt-get install -y ${missing[*]}; macOS: brew install redis) and rerun"
   fi
   note "installing ${missing[*]} with apt-get (for redis-server, redis-benchmark, redis-cli)"
   apt-get update >&2
@@ -140,6 +152,7 @@ cleanup() {
   local status=$?
   trap - EXIT INT TERM
   stop_redis
+  stop_private_postgres
   [ -z "$workdir" ] || rm -rf "$workdir"
   exit "$status"
 }
@@ -148,6 +161,8 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 workdir=$(mktemp -d "${TMPDIR:-/tmp}/rally-bench-vs-redis.XXXXXX")
+# shellcheck source=lib/private-postgres.sh
+. "$root/scripts/lib/private-postgres.sh"
 
 # `timeout` keeps a probe from hanging on a port some other service holds.
 probe() {
@@ -206,20 +221,39 @@ note "redis-server $redis_version: pid $redis_pid on 127.0.0.1:$redis_port, dir 
 
 # --- Rally -------------------------------------------------------------------
 
-note "running: $rally_bench relay --clients $clients --messages $messages --payload $payload"
-rally_out=$("$rally_bench" relay --clients "$clients" --messages "$messages" --payload "$payload") ||
-  die "rally-bench relay failed (exit $?)"
-sed 's/^/  rally-bench | /' <<<"$rally_out" >&2
+# One rally-bench relay run (extra arguments: where it keeps envelopes);
+# prints its rows "clients delivered rate p50 p99", in the order of --clients.
+rally_run() {
+  local out rows
+  note "running: $rally_bench relay --clients $clients --messages $messages --payload $payload $*"
+  out=$("$rally_bench" relay --clients "$clients" --messages "$messages" --payload "$payload" "$@") ||
+    die "rally-bench relay $* failed (exit $?)"
+  sed 's/^/  rally-bench | /' <<<"$out" >&2
+  # Rows under the header "clients  messages  seconds  deliveries/s  p50 ms  p99 ms  max ms".
+  rows=$(awk '
+    /^clients +messages +seconds +deliveries\/s +p50 ms +p99 ms/ { table = 1; next }
+    table && NF == 7 && $1 ~ /^[0-9]+$/ { print $1, $2, $4, $5, $6; next }
+    table { table = 0 }
+  ' <<<"$out")
+  [ "$(grep -c . <<<"$rows")" -eq ${#counts[@]} ] ||
+    die "expected ${#counts[@]} result rows from rally-bench $*, parsed: $rows (output above; has its format changed?)"
+  echo "$rows"
+}
 
-# Rows under the header "clients  messages  seconds  deliveries/s  p50 ms  p99 ms  max ms",
-# in the order of --clients.
-mapfile -t rally_rows < <(awk '
-  /^clients +messages +seconds +deliveries\/s +p50 ms +p99 ms/ { table = 1; next }
-  table && NF == 7 && $1 ~ /^[0-9]+$/ { print $1, $2, $4, $5, $6; next }
-  table { table = 0 }
-' <<<"$rally_out")
-[ ${#rally_rows[@]} -eq ${#counts[@]} ] ||
-  die "expected ${#counts[@]} result rows from rally-bench, parsed ${#rally_rows[@]} (output above; has its format changed?)"
+# Command substitutions, not process substitutions: a failed run stops the
+# script (errexit, inherit_errexit).
+rows=$(rally_run)
+mapfile -t rally_rows <<<"$rows"
+declare -a pg1_rows=() pg3_rows=()
+if [ "$with_postgres" = 1 ]; then
+  start_private_postgres || die "could not start PostgreSQL (use --no-postgres to leave it out)"
+  note "PostgreSQL: private cluster at $PRIVATE_POSTGRES_URL"
+  rows=$(rally_run --postgres "$PRIVATE_POSTGRES_URL" --nodes 1)
+  mapfile -t pg1_rows <<<"$rows"
+  rows=$(rally_run --postgres "$PRIVATE_POSTGRES_URL" --nodes 3)
+  mapfile -t pg3_rows <<<"$rows"
+  stop_private_postgres
+fi
 
 # --- Redis -------------------------------------------------------------------
 
@@ -273,6 +307,7 @@ echo "Rally relay vs durable Redis $redis_version on this machine ($(nproc 2>/de
 format='%7s | %11s | %12s | %12s | %12s | %12s | %12s | %11s\n'
 # shellcheck disable=SC2059  # the format is the constant above
 printf "$format" clients "Rally msg/s" "Rally p50 ms" "Rally p99 ms" "Redis XADD/s" "Redis p50 ms" "Redis p99 ms" "Rally/Redis"
+pg_table=""
 for i in "${!counts[@]}"; do
   count=${counts[$i]}
   read -r r_clients r_delivered r_rate r_p50 r_p99 <<<"${rally_rows[$i]}"
@@ -291,7 +326,29 @@ for i in "${!counts[@]}"; do
       printf f, c, sprintf("%.0f", rr), sprintf("%.2f", r50), sprintf("%.2f", r99),
         sprintf("%.0f", xr), sprintf("%.2f", x50), sprintf("%.2f", x99), ratio
     }'
+  if [ "$with_postgres" = 1 ]; then
+    read -r p1_clients p1_delivered p1_rate p1_p50 p1_p99 <<<"${pg1_rows[$i]}"
+    read -r p3_clients p3_delivered p3_rate p3_p50 p3_p99 <<<"${pg3_rows[$i]}"
+    for value in "$p1_rate" "$p1_p99" "$p3_rate" "$p3_p99"; do
+      is_number "$value" || die "non-numeric PostgreSQL result '$value' for $count clients"
+    done
+    [ "$p1_clients" = "$count" ] && [ "$p3_clients" = "$count" ] || die "PostgreSQL rows out of order"
+    [ "$p1_delivered" = "$((count * messages))" ] && [ "$p3_delivered" = "$((count * messages))" ] ||
+      die "rally-bench on PostgreSQL delivered $p1_delivered / $p3_delivered messages for $count clients"
+    pg_table+=$(awk -v c="$count" -v a="$p1_rate" -v b="$p1_p99" -v d="$p3_rate" -v e="$p3_p99" -v xr="$x_rate" 'BEGIN {
+      printf "%7s | %14s | %13s | %15s | %14s | %11s | %11s\n", c, sprintf("%.0f", a), sprintf("%.2f", b),
+        sprintf("%.0f", d), sprintf("%.2f", e), (xr > 0) ? sprintf("%.2f", a / xr) : "n/a",
+        (xr > 0) ? sprintf("%.2f", d / xr) : "n/a"
+    }')$'\n'
+  fi
 done
+if [ "$with_postgres" = 1 ]; then
+  echo
+  echo "Rally on PostgreSQL (private cluster, fsync on), same clients, messages and payload:"
+  printf '%7s | %14s | %13s | %15s | %14s | %11s | %11s\n' clients "1 node msg/s" "1 node p99 ms" \
+    "3 nodes msg/s" "3 nodes p99 ms" "1 node/Redis" "3 nodes/Redis"
+  printf '%s' "$pg_table"
+fi
 cat <<EOF
 
 What each side measures (not the same work; read the ratio with this in mind):

@@ -53,39 +53,16 @@ case "$(uname -s)" in
     ;;
 esac
 
-# PostgreSQL: a private cluster for this run (trust auth on 127.0.0.1 only),
-# owned by the postgres user when run as root (the server refuses root).
-# The tests read its URL from RALLY_TEST_POSTGRES_URL and make a database
-# of their own in it.
-pgbin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1 || true)
-[ -n "$pgbin" ] || pgbin=$(dirname "$(command -v initdb 2>/dev/null || echo /nonexistent/initdb)")
-if [ ! -x "$pgbin/initdb" ]; then
-  echo "scripts/test.sh: PostgreSQL's initdb was not found (install postgresql)" >&2
-  exit 1
-fi
-pgroot=$(mktemp -d /tmp/rally-pg.XXXXXX)
-as_pg() {
-  if [ "$(id -u)" = "0" ]; then runuser -u postgres -- "$@"; else "$@"; fi
-}
-[ "$(id -u)" = "0" ] && chown postgres "$pgroot"
-pgport=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-as_pg "$pgbin/initdb" -D "$pgroot/data" -U rally --auth=trust -E UTF8 >"$pgroot/initdb.log" 2>&1 || {
-  cat "$pgroot/initdb.log" >&2
-  echo "scripts/test.sh: initdb failed" >&2
+# PostgreSQL: a private cluster for this run (scripts/lib/private-postgres.sh).
+# The tests read its URL from RALLY_TEST_POSTGRES_URL and make a database of
+# their own in it.
+. scripts/lib/private-postgres.sh
+start_private_postgres || {
+  echo "scripts/test.sh: could not start PostgreSQL for the tests" >&2
   exit 1
 }
-as_pg "$pgbin/pg_ctl" -D "$pgroot/data" -l "$pgroot/server.log" -w -t 60 \
-  -o "-p $pgport -k $pgroot -c listen_addresses=127.0.0.1 -c max_connections=300" start >/dev/null || {
-  cat "$pgroot/server.log" >&2
-  echo "scripts/test.sh: PostgreSQL did not start" >&2
-  exit 1
-}
-stop_pg() {
-  as_pg "$pgbin/pg_ctl" -D "$pgroot/data" -m immediate stop >/dev/null 2>&1 || true
-  rm -rf "$pgroot"
-}
-trap stop_pg EXIT
-export RALLY_TEST_POSTGRES_URL="postgres://rally@127.0.0.1:$pgport/postgres"
+trap stop_private_postgres EXIT
+export RALLY_TEST_POSTGRES_URL="$PRIVATE_POSTGRES_URL"
 
 # `node --test Tests/Browser/` (the browser call client's modules against
 # the shared vector files) runs inside `swift test`, as the seed's

@@ -33,6 +33,8 @@ struct ChildRelayCommand: AsyncParsableCommand {
     @Option(help: "Port to listen on (0 picks a free one).") var port = 0
     @Option(help: "Open WebSocket connections allowed in all.")
     var maxConnections = RelayLimits.Defaults.maxConnections
+    @Option(help: "The PostgreSQL to keep envelopes in (a node of several); none: SQLite in --data.")
+    var postgres: String?
 
     func run() async throws {
         var logger = Logger(label: "rally.relay")
@@ -44,8 +46,14 @@ struct ChildRelayCommand: AsyncParsableCommand {
         limits.maxConnections = maxConnections
         limits.rooms.createRatePerSecondPerIP = 1_000_000
         limits.rooms.createBurstPerIP = 1_000_000
+        var location: PostgresLocation?
+        if let postgres {
+            guard let parsed = PostgresLocation(url: postgres) else { throw ValidationError("--postgres: not a URL") }
+            location = parsed
+        }
         let configuration = RelayConfiguration(
-            host: "127.0.0.1", port: port, dataDirectory: URL(fileURLWithPath: data), limits: limits)
+            host: "127.0.0.1", port: port, dataDirectory: URL(fileURLWithPath: data), limits: limits,
+            postgres: location)
         try await RelayMain.run(configuration: configuration, logger: logger)
     }
 }

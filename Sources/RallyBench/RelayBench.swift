@@ -16,6 +16,12 @@ struct RelayBench: AsyncParsableCommand {
     @Option(help: "Messages each client publishes per run (below the per-connection burst limit).")
     var messages = 300
     @Option(help: "Payload bytes per message.") var payload = 256
+    @Option(help: "Keep envelopes in this PostgreSQL (postgres://...) instead of SQLite.") var postgres: String?
+    @Option(
+        help:
+            "Relay nodes sharing --postgres, each its own process; each client subscribes on one node and publishes on the next, so with several every message crosses nodes."
+    )
+    var nodes = 1
 
     func run() async throws {
         let counts = clients.split(separator: ",").compactMap { Int($0.trimmingCharacters(in: .whitespaces)) }
@@ -23,19 +29,32 @@ struct RelayBench: AsyncParsableCommand {
         guard payload >= 16, payload <= WireLimits.maxPayloadBytes else {
             throw ValidationError("--payload must be 16...\(WireLimits.maxPayloadBytes)")
         }
-        let relay = try ChildRelay.start()
-        defer { relay.stop() }
-        Output.write("relay: separate process pid \(relay.pid) on \(relay.url), SQLite WAL synchronous=FULL")
+        guard nodes >= 1, nodes == 1 || postgres != nil else {
+            throw ValidationError("--nodes above 1 needs --postgres: only PostgreSQL is shared between nodes")
+        }
+        var relays: [ChildRelay] = []
+        defer { for relay in relays { relay.stop() } }
+        for _ in 0..<nodes { relays.append(try ChildRelay.start(postgres: postgres)) }
+        let urls = relays.map(\.url)
+        for relay in relays {
+            Output.write(
+                "relay: separate process pid \(relay.pid) on \(relay.url), "
+                    + (postgres == nil
+                        ? "SQLite WAL synchronous=FULL" : "PostgreSQL (\(nodes) node\(nodes == 1 ? "" : "s"))"))
+        }
         Output.write("clients  messages  seconds  deliveries/s  p50 ms  p99 ms  max ms")
         for count in counts {
-            let result = try await measure(clients: count, relayURL: relay.url)
+            let result = try await measure(clients: count, relayURLs: urls)
             Output.write(
                 String(
                     format: "%7d  %8d  %7.2f  %12.0f  %6.2f  %6.2f  %6.2f", count, result.delivered,
                     result.seconds, Double(result.delivered) / result.seconds, result.percentile(0.50),
                     result.percentile(0.99), result.percentile(1.0)))
         }
-        Output.write("relay peak memory (VmHWM): \(relay.peakMemoryKiB().map { "\($0 / 1024) MiB" } ?? "unknown")")
+        for relay in relays {
+            Output.write(
+                "relay peak memory (VmHWM): \(relay.peakMemoryKiB().map { "\($0 / 1024) MiB" } ?? "unknown")")
+        }
     }
 
     struct Result {
@@ -50,7 +69,7 @@ struct RelayBench: AsyncParsableCommand {
         }
     }
 
-    private func measure(clients count: Int, relayURL: URL) async throws -> Result {
+    private func measure(clients count: Int, relayURLs: [URL]) async throws -> Result {
         var logger = Logger(label: "rally.bench")
         logger.logLevel = .error
         let perClient = messages
@@ -62,8 +81,10 @@ struct RelayBench: AsyncParsableCommand {
         var pairs: [(RelayConnection, RelayConnection, TopicName, TopicAccess)] = []
         for index in 0..<count {
             let identity = Identity(displayName: "bench-\(index)")
-            let subscriber = try await RelayConnection.connect(to: relayURL, identity: identity, logger: logger)
-            let publisher = try await RelayConnection.connect(to: relayURL, identity: identity, logger: logger)
+            let subscriber = try await RelayConnection.connect(
+                to: relayURLs[index % relayURLs.count], identity: identity, logger: logger)
+            let publisher = try await RelayConnection.connect(
+                to: relayURLs[(index + 1) % relayURLs.count], identity: identity, logger: logger)
             let access = try TopicAccess(secret: TopicAccess.newSecret())
             pairs.append((subscriber, publisher, try TopicName(validating: "bench/\(access.foundedTopicID)"), access))
         }
@@ -115,11 +136,13 @@ struct ChildRelay {
     let dataDirectory: URL
     var pid: Int32 { process.processIdentifier }
 
-    static func start() throws -> ChildRelay {
+    static func start(postgres: String? = nil) throws -> ChildRelay {
         let data = FileManager.default.temporaryDirectory.appendingPathComponent("rally-bench-\(UUID().uuidString)")
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
-        process.arguments = [ChildRelayCommand.configuration.commandName!, "--data", data.path]
+        process.arguments =
+            [ChildRelayCommand.configuration.commandName!, "--data", data.path]
+            + (postgres.map { ["--postgres", $0] } ?? [])
         let pipe = Pipe()
         process.standardOutput = pipe
         try process.run()
