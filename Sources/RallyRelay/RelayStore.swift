@@ -199,6 +199,65 @@ extension RelayStore {
     }
 }
 
+/// The checks every store makes on one new publish, in this order, once it
+/// has read the topic's head and the status of the publish's access key
+/// inside its transaction: one piece for SQLite and PostgreSQL alike.
+enum AppendRules {
+    /// What a store read of the topic before appending.
+    struct Head {
+        var lastSeq: Int64 = 0
+        var lastControlSeq: Int64 = 0
+        var bytes: Int64 = 0
+    }
+
+    /// Whether the publish is stored, and if so whether it founds the
+    /// topic (its key becomes the topic's first). `keyStatus` is nil for a
+    /// publish without an access key (an inbox).
+    static func check(
+        _ request: PublishRequest, head: Head, keyStatus: AccessKeyStatus?
+    ) -> Result<Bool, AppendRefusal> {
+        var founds = false
+        if let accessKey = request.accessKey, let keyStatus {
+            switch keyStatus {
+            case .current: break
+            case .retired(let validThrough): return .failure(.accessRevoked(lastReadableSeq: validThrough))
+            case .unknown: return .failure(.forbidden("this access key is not the topic's current one"))
+            case .deleted: return .failure(.topicDeleted)
+            case .unregistered:
+                guard TopicAccess.topicID(firstAccessKey: accessKey) == topicID(of: request.topic) else {
+                    return .failure(.forbidden("the topic does not exist and this key does not found its id"))
+                }
+                founds = true
+            }
+        }
+        let lastControlSeq = UInt64(max(0, head.lastControlSeq))
+        if request.control, lastControlSeq != request.expectedControlSeq {
+            return .failure(.conflict(lastControlSeq: lastControlSeq))
+        }
+        if request.quotaBytes > 0, head.bytes + Int64(request.payload.count) > request.quotaBytes {
+            return .failure(.quotaExceeded("the topic stores at most \(request.quotaBytes) bytes"))
+        }
+        return .success(founds)
+    }
+
+    static func topicID(of topic: String) -> Substring {
+        topic.firstIndex(of: "/").map { topic[topic.index(after: $0)...] } ?? ""
+    }
+
+    /// The envelope a new publish becomes at `seq`.
+    static func envelope(_ request: PublishRequest, seq: Int64, serverTime: Int64) -> WireEnvelope {
+        var stored = WireEnvelope()
+        stored.topic = request.topic
+        stored.seq = UInt64(seq)
+        stored.serverTimeMs = serverTime
+        stored.payload = request.payload
+        stored.shouldPush = request.shouldPush
+        stored.expiresAtMs = request.expiresAtMilliseconds
+        stored.control = request.control
+        return stored
+    }
+}
+
 enum RelayStoreError: Error, Equatable {
     case signingKeyMismatch
 }

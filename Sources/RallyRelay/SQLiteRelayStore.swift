@@ -143,30 +143,18 @@ public final class SQLiteRelayStore: RelayStore {
         let topicRow = try Row.fetchOne(
             db.cachedStatement(sql: "SELECT last_seq, last_control_seq, bytes FROM topics WHERE name = ?"),
             arguments: [request.topic])
-        let lastSeq: Int64 = topicRow?["last_seq"] ?? 0
-        let lastControlSeq: Int64 = topicRow?["last_control_seq"] ?? 0
-        let storedBytes: Int64 = topicRow?["bytes"] ?? 0
-        var registers = false
-        if let accessKey = request.accessKey {
-            switch try status(topic: request.topic, key: accessKey, db: db) {
-            case .current: break
-            case .retired(let validThrough): return .failure(.accessRevoked(lastReadableSeq: validThrough))
-            case .unknown: return .failure(.forbidden("this access key is not the topic's current one"))
-            case .deleted: return .failure(.topicDeleted)
-            case .unregistered:
-                guard TopicAccess.topicID(firstAccessKey: accessKey) == topicID(of: request.topic) else {
-                    return .failure(.forbidden("the topic does not exist and this key does not found its id"))
-                }
-                registers = true
-            }
+        let head = AppendRules.Head(
+            lastSeq: topicRow?["last_seq"] ?? 0, lastControlSeq: topicRow?["last_control_seq"] ?? 0,
+            bytes: topicRow?["bytes"] ?? 0)
+        let keyStatus = try request.accessKey.map { try status(topic: request.topic, key: $0, db: db) }
+        let registers: Bool
+        switch AppendRules.check(request, head: head, keyStatus: keyStatus) {
+        case .failure(let refusal): return .failure(refusal)
+        case .success(let founds): registers = founds
         }
-        if request.control, UInt64(max(0, lastControlSeq)) != request.expectedControlSeq {
-            return .failure(.conflict(lastControlSeq: UInt64(max(0, lastControlSeq))))
-        }
-        let newBytes = storedBytes + Int64(request.payload.count)
-        if request.quotaBytes > 0, newBytes > request.quotaBytes {
-            return .failure(.quotaExceeded("the topic stores at most \(request.quotaBytes) bytes"))
-        }
+        let newBytes = head.bytes + Int64(request.payload.count)
+        let lastSeq = head.lastSeq
+        let lastControlSeq = head.lastControlSeq
         if registers, let accessKey = request.accessKey {
             try db.execute(
                 sql: "INSERT INTO topic_keys (topic, access_key, valid_through) VALUES (?, ?, NULL)",
@@ -205,19 +193,8 @@ public final class SQLiteRelayStore: RelayStore {
             request.topic, seq, serverTime, request.payload, request.shouldPush,
             request.expiresAtMilliseconds, key, request.control, retired,
         ])
-        var stored = WireEnvelope()
-        stored.topic = request.topic
-        stored.seq = UInt64(seq)
-        stored.serverTimeMs = serverTime
-        stored.payload = request.payload
-        stored.shouldPush = request.shouldPush
-        stored.expiresAtMs = request.expiresAtMilliseconds
-        stored.control = request.control
+        let stored = AppendRules.envelope(request, seq: seq, serverTime: serverTime)
         return .success(AppendResult(envelope: stored, duplicate: false, retiredKey: retired))
-    }
-
-    private static func topicID(of topic: String) -> Substring {
-        topic.firstIndex(of: "/").map { topic[topic.index(after: $0)...] } ?? ""
     }
 
     private static func status(topic: String, key: Data, db: Database) throws -> AccessKeyStatus {

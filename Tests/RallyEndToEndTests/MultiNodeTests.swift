@@ -21,7 +21,7 @@ struct MultiNodeTests {
         let nodes: [RunningRelay]
         let directory: TemporaryDirectory
 
-        static func start(_ count: Int) async throws -> Nodes {
+        static func start(_ count: Int, limits: RelayLimits = .default) async throws -> Nodes {
             let database = try await PostgresTestDatabase.create()
             let directory = TemporaryDirectory("rally-nodes")
             var nodes: [RunningRelay] = []
@@ -29,7 +29,8 @@ struct MultiNodeTests {
                 nodes.append(
                     try await RunningRelay.start(
                         configuration: RelayConfiguration(
-                            port: 0, dataDirectory: directory.path("node\(index)"), postgres: database.location),
+                            port: 0, dataDirectory: directory.path("node\(index)"), limits: limits,
+                            postgres: database.location),
                         logger: TestLogger.quiet))
             }
             return Nodes(database: database, nodes: nodes, directory: directory)
@@ -174,6 +175,38 @@ struct MultiNodeTests {
         await cluster.stop()
     }
 
+    @Test("a push target registered through one node is called by another node that stores a message for it")
+    func pushAcrossNodes() async throws {
+        var limits = RelayLimits.default
+        limits.push.allowsInsecureTargets = true
+        limits.push.allowsPrivateTargets = true
+        let cluster = try await Nodes.start(2, limits: limits)
+        let receiver = try await HostileHTTPServer.start { _ in .complete(status: 200) }
+        let homes = TemporaryDirectory("rally-nodes-push")
+        let bob = try await RallyClient.create(
+            home: homes.path("bob"), relayURL: cluster.nodes[0].url, displayName: "bob", logger: TestLogger.quiet)
+        let alice = try await RallyClient.create(
+            home: homes.path("alice"), relayURL: cluster.nodes[1].url, displayName: "alice", logger: TestLogger.quiet)
+        var events = cluster.nodes[1].server.services.push.events.makeAsyncIterator()
+        let hook = receiver.url.appendingPathComponent("bob")
+        _ = try await bob.registerPush(hook)
+        // Node 1 learns of the registration from the shared database.
+        let push = cluster.nodes[1].server.services.push
+        while await !push.isRegistered(inbox: bob.inboxID.rawValue) { await Task.yield() }
+        _ = try await alice.sendText("hello from node 1", to: bob.inboxID)
+        #expect(await events.next() == .scheduled(inbox: bob.inboxID.rawValue))
+        guard case .finished(.delivered)? = await events.next() else {
+            Issue.record("node 1 did not deliver Bob's push")
+            return
+        }
+        #expect(receiver.requests.map(\.path).contains("/bob"))
+        await bob.disconnect()
+        await alice.disconnect()
+        await receiver.stop()
+        homes.remove()
+        await cluster.stop()
+    }
+
     @Test("a node SIGKILLed while publishers write through it loses nothing it acknowledged")
     func sigkillOfANode() async throws {
         let cluster = try await Nodes.start(1)
@@ -182,49 +215,15 @@ struct MultiNodeTests {
             dataDirectory: directory.path("data"), arguments: ["--postgres", cluster.database.url])
         let (access, topic) = try Self.capabilityTopic()
         let identity = Identity(displayName: "publisher")
-        actor Acks {
-            var bySeq: [UInt64: Data] = [:]
-            func add(_ seq: UInt64, _ payload: Data) { bySeq[seq] = payload }
+        let acked = await publishUntilKilled(relayURL: node.url, identity: identity, topic: topic, access: access) {
+            await node.kill(signal: SIGKILL)
         }
-        let acks = Acks()
-        let (progress, progressContinuation) = AsyncStream<Int>.makeStream()
-        let publishers = (0..<4).map { worker in
-            Task {
-                guard
-                    let connection = try? await RelayConnection.connect(
-                        to: node.url, identity: identity, logger: TestLogger.quiet)
-                else { return }
-                for index in 0..<10_000 {
-                    let payload = Data("worker \(worker) message \(index)".utf8)
-                    guard
-                        let ack = try? await connection.publish(
-                            topic: topic, payload: payload, idempotencyKey: MessageSealing.newMessageID(),
-                            access: access)
-                    else { return }
-                    await acks.add(ack.seq, payload)
-                    progressContinuation.yield(1)
-                }
-            }
-        }
-        var acknowledged = 0
-        for await _ in progress {
-            acknowledged += 1
-            if acknowledged == 200 { break }
-        }
-        await node.kill(signal: SIGKILL)
-        for publisher in publishers { await publisher.value }
         #expect(node.terminationStatus != 0)
 
         // The surviving node reads the shared store.
         let reader = try await cluster.connect(0, identity)
         let stored = try await Self.readAll(reader, topic, access: access)
-        let acked = await acks.bySeq
-        #expect(acked.count >= 200)
-        #expect(stored.map(\.seq) == Array(1...UInt64(stored.count)))
-        let storedBySeq = Dictionary(uniqueKeysWithValues: stored.map { ($0.seq, $0.payload) })
-        for (seq, payload) in acked {
-            #expect(storedBySeq[seq] == payload, "acknowledged seq \(seq) lost or altered")
-        }
+        expectAcknowledgedStored(acked, stored)
         await reader.close()
         directory.remove()
         await cluster.stop()

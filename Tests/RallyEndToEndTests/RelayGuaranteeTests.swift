@@ -32,39 +32,9 @@ struct RelayGuaranteeTests {
         let access = try TopicAccess(secret: TopicAccess.newSecret())
         let topic = try TopicName(validating: "test/\(access.foundedTopicID)")
 
-        actor Acks {
-            var bySeq: [UInt64: Data] = [:]
-            func add(_ seq: UInt64, _ payload: Data) { bySeq[seq] = payload }
+        let acked = await publishUntilKilled(relayURL: relay.url, identity: identity, topic: topic, access: access) {
+            await relay.kill(signal: SIGKILL)
         }
-        let acks = Acks()
-        let (progress, progressContinuation) = AsyncStream<Int>.makeStream()
-        // Several publishers at once, so the kill lands while commits are in
-        // flight.
-        let publishers = (0..<4).map { worker in
-            Task {
-                guard
-                    let connection = try? await RelayConnection.connect(
-                        to: relay.url, identity: identity, logger: TestLogger.quiet)
-                else { return }
-                for index in 0..<10_000 {
-                    let payload = Data("worker \(worker) message \(index)".utf8)
-                    guard
-                        let ack = try? await connection.publish(
-                            topic: topic, payload: payload, idempotencyKey: MessageSealing.newMessageID(),
-                            access: access)
-                    else { return }
-                    await acks.add(ack.seq, payload)
-                    progressContinuation.yield(1)
-                }
-            }
-        }
-        var acknowledged = 0
-        for await _ in progress {
-            acknowledged += 1
-            if acknowledged == 200 { break }
-        }
-        await relay.kill(signal: SIGKILL)
-        for publisher in publishers { await publisher.value }
         #expect(relay.terminationStatus != 0)
 
         let restarted = try await RelayProcess.start(dataDirectory: data)
@@ -76,14 +46,7 @@ struct RelayGuaranteeTests {
             if case .envelope(let envelope) = event { stored.append(envelope) }
             if case .caughtUp = event { break }
         }
-        let acked = await acks.bySeq
-        #expect(acked.count >= 200)
-        // Gap-free from 1, and every acknowledged seq holds its payload.
-        #expect(stored.map(\.seq) == Array(1...UInt64(stored.count)))
-        let storedBySeq = Dictionary(uniqueKeysWithValues: stored.map { ($0.seq, $0.payload) })
-        for (seq, payload) in acked {
-            #expect(storedBySeq[seq] == payload, "acknowledged seq \(seq) lost or altered")
-        }
+        expectAcknowledgedStored(acked, stored)
         await reader.close()
         // SIGTERM is a graceful stop: the relay exits cleanly.
         await restarted.kill(signal: SIGTERM)

@@ -40,10 +40,18 @@ struct PostgresLiveFeed: Sendable {
         }
     }
 
-    /// `<node> <seq> <topic>`: another node stored `seq` on `topic`.
+    /// `<node> <seq> <topic>`: another node stored `seq` on `topic`;
+    /// `<node> push+ <inbox>` / `push- <inbox>`: it registered or removed
+    /// that inbox's push target.
     func announced(_ payload: String) async {
         let parts = payload.split(separator: " ", maxSplits: 2)
-        guard parts.count == 3, parts[0] != Substring(store.nodeID), let seq = UInt64(parts[1]), seq > 0 else { return }
+        guard parts.count == 3, parts[0] != Substring(store.nodeID) else { return }
+        switch parts[1] {
+        case "push+": return await services.push.noteRegistered(inbox: String(parts[2]))
+        case "push-": return await services.push.noteUnregistered(inbox: String(parts[2]))
+        default: break
+        }
+        guard let seq = UInt64(parts[1]), seq > 0 else { return }
         let topic = String(parts[2])
         guard await services.hub.subscriberCount(topic: topic) > 0 else { return }
         await deliver(topic: topic, after: seq - 1)

@@ -166,42 +166,29 @@ public final class PostgresRelayStore: RelayStore, PushTargetStore {
                 return .success(AppendResult(envelope: try envelope(row), duplicate: true))
             }
         }
-        var lastSeq: Int64 = 0
-        var lastControlSeq: Int64 = 0
-        var storedBytes: Int64 = 0
+        var head = AppendRules.Head()
         let topicRows = try await connection.query(
             "SELECT last_seq, last_control_seq, bytes FROM topics WHERE name = \(request.topic)", logger: logger)
         for try await (seq, control, bytes) in topicRows.decode((Int64, Int64, Int64).self) {
-            (lastSeq, lastControlSeq, storedBytes) = (seq, control, bytes)
+            head = AppendRules.Head(lastSeq: seq, lastControlSeq: control, bytes: bytes)
         }
-        var registers = false
+        var keyStatus: AccessKeyStatus?
         if let accessKey = request.accessKey {
-            switch try await status(topic: request.topic, key: accessKey, connection: connection, logger: logger) {
-            case .current: break
-            case .retired(let validThrough): return .failure(.accessRevoked(lastReadableSeq: validThrough))
-            case .unknown: return .failure(.forbidden("this access key is not the topic's current one"))
-            case .deleted: return .failure(.topicDeleted)
-            case .unregistered:
-                guard TopicAccess.topicID(firstAccessKey: accessKey) == topicID(of: request.topic) else {
-                    return .failure(.forbidden("the topic does not exist and this key does not found its id"))
-                }
-                registers = true
-            }
+            keyStatus = try await status(topic: request.topic, key: accessKey, connection: connection, logger: logger)
         }
-        if request.control, UInt64(max(0, lastControlSeq)) != request.expectedControlSeq {
-            return .failure(.conflict(lastControlSeq: UInt64(max(0, lastControlSeq))))
+        let registers: Bool
+        switch AppendRules.check(request, head: head, keyStatus: keyStatus) {
+        case .failure(let refusal): return .failure(refusal)
+        case .success(let founds): registers = founds
         }
-        let newBytes = storedBytes + Int64(request.payload.count)
-        if request.quotaBytes > 0, newBytes > request.quotaBytes {
-            return .failure(.quotaExceeded("the topic stores at most \(request.quotaBytes) bytes"))
-        }
+        let newBytes = head.bytes + Int64(request.payload.count)
         if registers, let accessKey = request.accessKey {
             try await connection.query(
                 "INSERT INTO topic_keys (topic, access_key, valid_through) VALUES (\(request.topic), \(accessKey), NULL)",
                 logger: logger)
         }
-        let seq = lastSeq + 1
-        let controlSeq = request.control ? seq : lastControlSeq
+        let seq = head.lastSeq + 1
+        let controlSeq = request.control ? seq : head.lastControlSeq
         try await connection.query(
             """
             INSERT INTO topics (name, last_seq, bytes, last_control_seq) VALUES (\(request.topic), \(seq), \(newBytes), \(controlSeq))
@@ -226,19 +213,8 @@ public final class PostgresRelayStore: RelayStore, PushTargetStore {
             control, retires_key) VALUES (\(request.topic), \(seq), \(serverTime), \(request.payload),
             \(request.shouldPush), \(request.expiresAtMilliseconds), \(key), \(request.control), \(retired))
             """, logger: logger)
-        var stored = WireEnvelope()
-        stored.topic = request.topic
-        stored.seq = UInt64(seq)
-        stored.serverTimeMs = serverTime
-        stored.payload = request.payload
-        stored.shouldPush = request.shouldPush
-        stored.expiresAtMs = request.expiresAtMilliseconds
-        stored.control = request.control
+        let stored = AppendRules.envelope(request, seq: seq, serverTime: serverTime)
         return .success(AppendResult(envelope: stored, duplicate: false, retiredKey: retired))
-    }
-
-    private static func topicID(of topic: String) -> Substring {
-        topic.firstIndex(of: "/").map { topic[topic.index(after: $0)...] } ?? ""
     }
 
     private static func status(
@@ -393,6 +369,23 @@ public final class PostgresRelayStore: RelayStore, PushTargetStore {
     public func deleteExpired(nowMilliseconds: Int64, inboxCutoffMilliseconds: Int64) async throws -> Int {
         let logger = logger
         return try await transaction { connection in
+            // The topics this touches are locked first, in the order
+            // publishers lock them: a publish never reads a byte count this
+            // is about to lower, and the two never wait on each other in a
+            // cycle.
+            let touched = try await connection.query(
+                """
+                SELECT DISTINCT topic FROM envelopes
+                WHERE (expires_at_ms > 0 AND expires_at_ms < \(nowMilliseconds))
+                OR (\(inboxCutoffMilliseconds) > 0 AND topic LIKE 'inbox/%' AND server_time_ms < \(inboxCutoffMilliseconds))
+                ORDER BY topic
+                """, logger: logger)
+            var topics: [String] = []
+            for try await topic in touched.decode(String.self) { topics.append(topic) }
+            for topic in topics.sorted() {
+                try await connection.query(
+                    "SELECT pg_advisory_xact_lock(hashtextextended(\(topic), 0))", logger: logger)
+            }
             // Quotas count stored bytes, so deleted payloads give them back;
             // topic heads stay, so a seq is never handed out twice.
             let rows = try await connection.query(
@@ -414,20 +407,31 @@ public final class PostgresRelayStore: RelayStore, PushTargetStore {
 
     // MARK: Push targets
 
+    /// Registering or removing a target is announced on the channel too
+    /// (`<node> push+ <inbox>`, `<node> push- <inbox>`), so every node's
+    /// push side learns of it, not only the node that took the request.
     public func register(inbox: String, url: URL, nowMilliseconds: Int64) async throws {
-        try await client.query(
-            """
-            INSERT INTO push_targets (inbox_id, url, registered_at_ms) VALUES (\(inbox), \(url.absoluteString), \(nowMilliseconds))
-            ON CONFLICT (inbox_id) DO UPDATE SET url = excluded.url, registered_at_ms = excluded.registered_at_ms
-            """, logger: logger)
+        let note = "\(nodeID) push+ \(inbox)"
+        try await transaction { connection in
+            try await connection.query(
+                """
+                INSERT INTO push_targets (inbox_id, url, registered_at_ms) VALUES (\(inbox), \(url.absoluteString), \(nowMilliseconds))
+                ON CONFLICT (inbox_id) DO UPDATE SET url = excluded.url, registered_at_ms = excluded.registered_at_ms
+                """, logger: logger)
+            try await connection.query("SELECT pg_notify(\(Self.channel), \(note))", logger: logger)
+        }
     }
 
     public func unregister(inbox: String) async throws -> Bool {
-        let rows = try await client.query(
-            "DELETE FROM push_targets WHERE inbox_id = \(inbox) RETURNING inbox_id", logger: logger)
-        var removed = false
-        for try await _ in rows { removed = true }
-        return removed
+        let note = "\(nodeID) push- \(inbox)"
+        return try await transaction { connection in
+            let rows = try await connection.query(
+                "DELETE FROM push_targets WHERE inbox_id = \(inbox) RETURNING inbox_id", logger: logger)
+            var removed = false
+            for try await _ in rows { removed = true }
+            if removed { try await connection.query("SELECT pg_notify(\(Self.channel), \(note))", logger: logger) }
+            return removed
+        }
     }
 
     public func target(inbox: String) async throws -> URL? {

@@ -99,6 +99,20 @@ actor PushDispatcher {
         return try await targets.unregister(inbox: inbox)
     }
 
+    /// Another relay node registered a target for `inbox` (several nodes
+    /// share one store, ADR 0021).
+    func noteRegistered(inbox: String) {
+        registered.insert(inbox)
+    }
+
+    func isRegistered(inbox: String) -> Bool { registered.contains(inbox) }
+
+    /// Another relay node removed `inbox`'s target.
+    func noteUnregistered(inbox: String) {
+        registered.remove(inbox)
+        schedule.forget(inbox: inbox)
+    }
+
     func target(inbox: String) async throws -> URL? {
         try await targets.target(inbox: inbox)
     }
