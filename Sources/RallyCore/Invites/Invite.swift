@@ -42,8 +42,12 @@ public struct Invite: Sendable, Equatable {
         } catch {
             throw .malformed("issuer keys")
         }
-        guard issuer.signingKey.isValidSignature(signed.signature, for: signingDomain + signed.payload) else {
-            throw .invalidSignature
+        let cacheKey = VerifiedInviteCache.key(signed)
+        if !VerifiedInviteCache.shared.contains(cacheKey) {
+            guard issuer.signingKey.isValidSignature(signed.signature, for: signingDomain + signed.payload) else {
+                throw .invalidSignature
+            }
+            VerifiedInviteCache.shared.insert(cacheKey)
         }
         guard payload.inviteTag.count == tagByteCount else { throw .malformed("invite tag") }
         guard (try? InboxID(validating: payload.joinInboxID)) != nil else { throw .malformed("join inbox id") }
