@@ -125,6 +125,41 @@ struct MultiNodeTests {
         await cluster.stop()
     }
 
+    @Test(
+        "subscribing with a topic's founding key on one node while another node founds the topic: never refused, and the first envelope arrives"
+    )
+    func foundingRace() async throws {
+        let cluster = try await Nodes.start(2)
+        let identity = Identity(displayName: "racer")
+        let subscriber = try await cluster.connect(1, identity)
+        let publisher = try await cluster.connect(0, identity)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for round in 0..<30 {
+                let (access, topic) = try Self.capabilityTopic()
+                group.addTask {
+                    var events = await subscriber.subscribe(topic: topic, after: 0, access: access)
+                        .makeAsyncIterator()
+                    while let event = try await events.next() {
+                        if case .envelope(let envelope) = event {
+                            #expect(envelope.seq == 1)
+                            break
+                        }
+                    }
+                    await subscriber.unsubscribe(topic: topic)
+                }
+                group.addTask {
+                    _ = try await publisher.publish(
+                        topic: topic, payload: Data("round \(round)".utf8),
+                        idempotencyKey: MessageSealing.newMessageID(), access: access)
+                }
+            }
+            try await group.waitForAll()
+        }
+        await subscriber.close()
+        await publisher.close()
+        await cluster.stop()
+    }
+
     @Test("a subscriber on one node receives live, in order, what is published on the others")
     func liveAcrossNodes() async throws {
         let cluster = try await Nodes.start(3)

@@ -4,6 +4,11 @@ import PostgresNIO
 public import RallyCrypto
 public import RallyWire
 
+enum PostgresStoreError: Error {
+    /// A statement that always returns a row returned none.
+    case noRow
+}
+
 /// Where a relay node finds its PostgreSQL, parsed from
 /// `postgres://user:password@host:port/database` (ADR 0021).
 public struct PostgresLocation: Sendable, Equatable {
@@ -132,109 +137,144 @@ public final class PostgresRelayStore: RelayStore, PushTargetStore {
             var results: [Result<AppendResult, AppendRefusal>] = []
             results.reserveCapacity(batch.count)
             for request in batch {
-                let result = try await Self.append(
-                    request, serverTime: serverTimeMilliseconds, connection: connection, logger: logger)
-                if case .success(let appended) = result, !appended.duplicate {
-                    let note = "\(nodeID) \(appended.envelope.seq) \(request.topic)"
-                    try await connection.query("SELECT pg_notify(\(Self.channel), \(note))", logger: logger)
-                }
-                results.append(result)
+                results.append(
+                    try await Self.append(
+                        request, serverTime: serverTimeMilliseconds, nodeID: nodeID, connection: connection,
+                        logger: logger))
             }
             return results
         }
     }
 
+    /// One publish in three round trips at most: one statement reads what
+    /// the checks need (a stored retry, the topic's head, the key's
+    /// status) from one snapshot, one writes the head and the envelope and
+    /// announces it; founding or rotating a key adds one.
     private static func append(
-        _ request: PublishRequest, serverTime: Int64, connection: PostgresConnection, logger: Logger
+        _ request: PublishRequest, serverTime: Int64, nodeID: String, connection: PostgresConnection,
+        logger: Logger
     ) async throws -> Result<AppendResult, AppendRefusal> {
+        let topic = request.topic
         let key: Data? = request.idempotencyKey.isEmpty ? nil : request.idempotencyKey
-        if let key {
-            let rows = try await connection.query(
-                """
-                SELECT topic, seq, server_time_ms, payload, should_push, expires_at_ms, control
-                FROM envelopes WHERE topic = \(request.topic) AND idempotency_key = \(key)
-                """, logger: logger)
-            for try await row in rows {
-                // A retry: answered before any other check, as long as the
-                // key is one the topic has known.
-                if let accessKey = request.accessKey,
-                    try await status(topic: request.topic, key: accessKey, connection: connection, logger: logger)
-                        == .unknown
-                {
-                    return .failure(.forbidden("this access key is not one of the topic's"))
-                }
-                return .success(AppendResult(envelope: try envelope(row), duplicate: true))
+        let rows = try await connection.query(
+            """
+            SELECT d.seq, d.server_time_ms, d.payload, d.should_push, d.expires_at_ms, d.control,
+            t.last_seq, t.last_control_seq, t.bytes, k.valid_through, k.present,
+            EXISTS (SELECT 1 FROM deleted_topics WHERE topic = \(topic)),
+            EXISTS (SELECT 1 FROM topic_keys WHERE topic = \(topic))
+            FROM (SELECT 1) AS one
+            LEFT JOIN envelopes d ON d.topic = \(topic) AND d.idempotency_key = \(key)
+            LEFT JOIN topics t ON t.name = \(topic)
+            LEFT JOIN (SELECT valid_through, true AS present FROM topic_keys
+                       WHERE topic = \(topic) AND access_key = \(request.accessKey)) k ON true
+            """, logger: logger)
+        var state: ReadState?
+        for try await row in rows {
+            let (seq, time, payload, push, expires, control) = try row.decode(
+                (Int64?, Int64?, Data?, Bool?, Int64?, Bool?).self)
+            let columns = row.makeRandomAccess()
+            let head = AppendRules.Head(
+                lastSeq: try columns[6].decode(Int64?.self) ?? 0,
+                lastControlSeq: try columns[7].decode(Int64?.self) ?? 0,
+                bytes: try columns[8].decode(Int64?.self) ?? 0)
+            let keyStatus = Self.keyStatus(
+                validThrough: try columns[9].decode(Int64?.self), present: try columns[10].decode(Bool?.self) ?? false,
+                deleted: try columns[11].decode(Bool.self), known: try columns[12].decode(Bool.self))
+            var duplicate: WireEnvelope?
+            if let seq, let time, let payload, let push, let expires, let control {
+                duplicate = WireEnvelope()
+                duplicate?.topic = topic
+                duplicate?.seq = UInt64(max(0, seq))
+                duplicate?.serverTimeMs = time
+                duplicate?.payload = payload
+                duplicate?.shouldPush = push
+                duplicate?.expiresAtMs = expires
+                duplicate?.control = control
             }
+            state = ReadState(duplicate: duplicate, head: head, keyStatus: keyStatus)
         }
-        var head = AppendRules.Head()
-        let topicRows = try await connection.query(
-            "SELECT last_seq, last_control_seq, bytes FROM topics WHERE name = \(request.topic)", logger: logger)
-        for try await (seq, control, bytes) in topicRows.decode((Int64, Int64, Int64).self) {
-            head = AppendRules.Head(lastSeq: seq, lastControlSeq: control, bytes: bytes)
+        guard let state else { throw PostgresStoreError.noRow }
+        let keyStatus: AccessKeyStatus? = request.accessKey == nil ? nil : state.keyStatus
+        if let duplicate = state.duplicate {
+            // A retry: answered before any other check, as long as the key
+            // is one the topic has known.
+            if keyStatus == .unknown { return .failure(.forbidden("this access key is not one of the topic's")) }
+            return .success(AppendResult(envelope: duplicate, duplicate: true))
         }
-        var keyStatus: AccessKeyStatus?
-        if let accessKey = request.accessKey {
-            keyStatus = try await status(topic: request.topic, key: accessKey, connection: connection, logger: logger)
-        }
+        let head = state.head
         let registers: Bool
         switch AppendRules.check(request, head: head, keyStatus: keyStatus) {
         case .failure(let refusal): return .failure(refusal)
         case .success(let founds): registers = founds
         }
-        let newBytes = head.bytes + Int64(request.payload.count)
         if registers, let accessKey = request.accessKey {
             try await connection.query(
-                "INSERT INTO topic_keys (topic, access_key, valid_through) VALUES (\(request.topic), \(accessKey), NULL)",
+                "INSERT INTO topic_keys (topic, access_key, valid_through) VALUES (\(topic), \(accessKey), NULL)",
                 logger: logger)
         }
         let seq = head.lastSeq + 1
         let controlSeq = request.control ? seq : head.lastControlSeq
-        try await connection.query(
-            """
-            INSERT INTO topics (name, last_seq, bytes, last_control_seq) VALUES (\(request.topic), \(seq), \(newBytes), \(controlSeq))
-            ON CONFLICT (name) DO UPDATE SET last_seq = excluded.last_seq, bytes = excluded.bytes,
-            last_control_seq = excluded.last_control_seq
-            """, logger: logger)
+        let newBytes = head.bytes + Int64(request.payload.count)
         var retired: Data?
         if request.control, let newKey = request.rotateAccessKey, let oldKey = request.accessKey, newKey != oldKey {
             try await connection.query(
-                "UPDATE topic_keys SET valid_through = \(seq) WHERE topic = \(request.topic) AND valid_through IS NULL",
-                logger: logger)
-            try await connection.query(
                 """
-                INSERT INTO topic_keys (topic, access_key, valid_through) VALUES (\(request.topic), \(newKey), NULL)
+                WITH old AS (UPDATE topic_keys SET valid_through = \(seq) WHERE topic = \(topic) AND valid_through IS NULL)
+                INSERT INTO topic_keys (topic, access_key, valid_through) VALUES (\(topic), \(newKey), NULL)
                 ON CONFLICT (topic, access_key) DO UPDATE SET valid_through = NULL
                 """, logger: logger)
             retired = oldKey
         }
+        // Announced in the same transaction: sent when, and only if, it commits.
+        let note = "\(nodeID) \(seq) \(topic)"
         try await connection.query(
             """
-            INSERT INTO envelopes (topic, seq, server_time_ms, payload, should_push, expires_at_ms, idempotency_key,
-            control, retires_key) VALUES (\(request.topic), \(seq), \(serverTime), \(request.payload),
-            \(request.shouldPush), \(request.expiresAtMilliseconds), \(key), \(request.control), \(retired))
+            WITH head AS (
+                INSERT INTO topics (name, last_seq, bytes, last_control_seq) VALUES (\(topic), \(seq), \(newBytes), \(controlSeq))
+                ON CONFLICT (name) DO UPDATE SET last_seq = excluded.last_seq, bytes = excluded.bytes,
+                last_control_seq = excluded.last_control_seq RETURNING 1),
+            stored AS (
+                INSERT INTO envelopes (topic, seq, server_time_ms, payload, should_push, expires_at_ms, idempotency_key,
+                control, retires_key) VALUES (\(topic), \(seq), \(serverTime), \(request.payload),
+                \(request.shouldPush), \(request.expiresAtMilliseconds), \(key), \(request.control), \(retired))
+                RETURNING 1)
+            SELECT pg_notify(\(channel), \(note)) FROM head, stored
             """, logger: logger)
-        let stored = AppendRules.envelope(request, seq: seq, serverTime: serverTime)
-        return .success(AppendResult(envelope: stored, duplicate: false, retiredKey: retired))
+        return .success(
+            AppendResult(
+                envelope: AppendRules.envelope(request, seq: seq, serverTime: serverTime), duplicate: false,
+                retiredKey: retired))
     }
 
+    private struct ReadState {
+        let duplicate: WireEnvelope?
+        let head: AppendRules.Head
+        let keyStatus: AccessKeyStatus
+    }
+
+    private static func keyStatus(validThrough: Int64?, present: Bool, deleted: Bool, known: Bool) -> AccessKeyStatus {
+        if present { return validThrough.map { .retired(validThrough: UInt64(max(0, $0))) } ?? .current }
+        if deleted { return .deleted }
+        return known ? .unknown : .unregistered
+    }
+
+    /// What the topic's keys say about `key`, read in one statement (one
+    /// snapshot: two statements could see another node's founding commit
+    /// land between them and call the founding key unknown).
     private static func status(
         topic: String, key: Data, connection: PostgresConnection, logger: Logger
     ) async throws -> AccessKeyStatus {
         let rows = try await connection.query(
-            "SELECT valid_through FROM topic_keys WHERE topic = \(topic) AND access_key = \(key)", logger: logger)
-        for try await validThrough in rows.decode(Int64?.self) {
-            return validThrough.map { .retired(validThrough: UInt64(max(0, $0))) } ?? .current
-        }
-        let flags = try await connection.query(
             """
-            SELECT EXISTS (SELECT 1 FROM deleted_topics WHERE topic = \(topic)),
+            SELECT (SELECT valid_through FROM topic_keys WHERE topic = \(topic) AND access_key = \(key)),
+            EXISTS (SELECT 1 FROM topic_keys WHERE topic = \(topic) AND access_key = \(key)),
+            EXISTS (SELECT 1 FROM deleted_topics WHERE topic = \(topic)),
             EXISTS (SELECT 1 FROM topic_keys WHERE topic = \(topic))
             """, logger: logger)
-        for try await (deleted, known) in flags.decode((Bool, Bool).self) {
-            if deleted { return .deleted }
-            return known ? .unknown : .unregistered
+        for try await (validThrough, present, deleted, known) in rows.decode((Int64?, Bool, Bool, Bool).self) {
+            return keyStatus(validThrough: validThrough, present: present, deleted: deleted, known: known)
         }
-        return .unregistered
+        throw PostgresStoreError.noRow
     }
 
     public func accessKeyStatus(topic: String, key: Data) async throws -> AccessKeyStatus {
