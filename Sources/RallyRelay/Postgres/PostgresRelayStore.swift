@@ -130,10 +130,7 @@ public final class PostgresRelayStore: RelayStore, PushTargetStore {
             // Every topic of the batch locked up front, in one order on
             // every node: two nodes' batches never wait on each other in a
             // cycle.
-            for topic in Set(batch.map(\.topic)).sorted() {
-                try await connection.query(
-                    "SELECT pg_advisory_xact_lock(hashtextextended(\(topic), 0))", logger: logger)
-            }
+            try await Self.lock(Set(batch.map(\.topic)).sorted(), connection: connection, logger: logger)
             var results: [Result<AppendResult, AppendRefusal>] = []
             results.reserveCapacity(batch.count)
             for request in batch {
@@ -244,6 +241,15 @@ public final class PostgresRelayStore: RelayStore, PushTargetStore {
             AppendResult(
                 envelope: AppendRules.envelope(request, seq: seq, serverTime: serverTime), duplicate: false,
                 retiredKey: retired))
+    }
+
+    /// Takes the transaction-scoped lock of each topic, in the order
+    /// given (sorted by every caller, on every node), in one round trip:
+    /// the function scan yields the array's elements in order.
+    private static func lock(_ topics: [String], connection: PostgresConnection, logger: Logger) async throws {
+        guard !topics.isEmpty else { return }
+        try await connection.query(
+            "SELECT pg_advisory_xact_lock(hashtextextended(t, 0)) FROM unnest(\(topics)::text[]) AS t", logger: logger)
     }
 
     private struct ReadState {
@@ -422,10 +428,7 @@ public final class PostgresRelayStore: RelayStore, PushTargetStore {
                 """, logger: logger)
             var topics: [String] = []
             for try await topic in touched.decode(String.self) { topics.append(topic) }
-            for topic in topics.sorted() {
-                try await connection.query(
-                    "SELECT pg_advisory_xact_lock(hashtextextended(\(topic), 0))", logger: logger)
-            }
+            try await Self.lock(topics.sorted(), connection: connection, logger: logger)
             // Quotas count stored bytes, so deleted payloads give them back;
             // topic heads stay, so a seq is never handed out twice.
             let rows = try await connection.query(
