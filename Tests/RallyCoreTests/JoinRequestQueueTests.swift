@@ -54,12 +54,15 @@ struct JoinRequestQueueTests {
         #expect(await queue.take().isEmpty)
     }
 
-    @Test func aFullQueueHoldsTheReaderUntilTheAnswererTakes() async {
+    @Test func aFullQueueHoldsTheReaderUntilTheAnswererTakes() async throws {
         let queue = JoinRequestQueue(batchLimit: 2, capacity: 2)
         await queue.markCaughtUp()
         await queue.add(Self.envelope(1))
         let reader = Task { await queue.add(Self.envelope(2)) }
-        while await queue.readersWaiting == 0 { await Task.yield() }
+        while await queue.readersWaiting == 0 {
+            try Task.checkCancellation()
+            await Task.yield()
+        }
         #expect(await queue.take().map(\.seq) == [1, 2])
         await reader.value
         #expect(await queue.readersWaiting == 0)

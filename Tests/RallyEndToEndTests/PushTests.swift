@@ -115,7 +115,10 @@ struct PushTests {
         // The first of the two was scheduled (two seconds after the last
         // push); the retry, had it counted, would show as coalesced next.
         #expect(await w.next() == .scheduled(inbox: bob.inboxID.rawValue))
-        while w.clock.sleeperCount == 0 { await Task.yield() }
+        while w.clock.sleeperCount == 0 {
+            try Task.checkCancellation()
+            await Task.yield()
+        }
         #expect(w.receiver.requests.count == 1)
         w.advance(to: .seconds(2))
         guard case .finished(.delivered(let second))? = await w.next() else {
@@ -194,7 +197,10 @@ struct PushTests {
         _ = try await bob.registerPush(w.hook)
         _ = try await alice.sendText("first", to: bob.inboxID)
         #expect(await w.next() == .scheduled(inbox: bob.inboxID.rawValue))
-        while w.receiver.requests.isEmpty { await Task.yield() }
+        while w.receiver.requests.isEmpty {
+            try Task.checkCancellation()
+            await Task.yield()
+        }
         for index in 1...20 {
             let sent = try await alice.sendText("more \(index)", to: bob.inboxID)
             #expect(sent.seq != nil)

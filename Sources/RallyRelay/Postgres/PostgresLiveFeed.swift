@@ -22,7 +22,9 @@ struct PostgresLiveFeed: Sendable {
                 try await store.client.withConnection { connection in
                     try await connection.listen(on: PostgresRelayStore.channel) { notifications in
                         // Heard from now on: what was announced while no one
-                        // listened is offered again.
+                        // listened is offered again, and the push targets
+                        // registered meanwhile are read again.
+                        await services.push.reloadTargets()
                         await nudgeFollowedTopics()
                         for try await notification in notifications {
                             await announced(notification.payload)

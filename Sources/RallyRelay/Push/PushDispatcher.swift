@@ -60,14 +60,19 @@ actor PushDispatcher {
 
     /// Reads the registered inboxes, then handles arrivals until cancelled.
     func run() async {
+        await reloadTargets()
+        for await inbox in arrivalStream {
+            arrive(inbox)
+        }
+    }
+
+    /// Reads the inboxes with a target from the store again: at start, and
+    /// when another node's announcements may have been missed (ADR 0021).
+    func reloadTargets() async {
         do {
             registered = Set(try await targets.registeredInboxes())
         } catch {
-            logger.error("reading push targets failed; pushes are off", metadata: ["error": "\(error)"])
-            return
-        }
-        for await inbox in arrivalStream {
-            arrive(inbox)
+            logger.error("reading push targets failed", metadata: ["error": "\(error)"])
         }
     }
 
