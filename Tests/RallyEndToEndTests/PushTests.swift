@@ -16,6 +16,7 @@ struct PushTests {
     /// What the receiver answers, in order; the last answer repeats.
     final class Script: Sendable {
         private let lock = NSLock()
+        // `nonisolated(unsafe)`: read and written only inside `lock`.
         private nonisolated(unsafe) var answers: [HostileHTTPServer.Reply]
 
         init(_ answers: [HostileHTTPServer.Reply]) { self.answers = answers }
