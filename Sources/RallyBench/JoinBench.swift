@@ -87,9 +87,7 @@ struct JoinBench: AsyncParsableCommand {
                 for joiner in joiners { await joiner.disconnect() }
             }
             latencies.sort()
-            func percentile(_ p: Double) -> Double {
-                latencies[min(latencies.count - 1, Int((Double(latencies.count - 1) * p).rounded()))]
-            }
+            func percentile(_ p: Double) -> Double { ReconnectBench.percentile(latencies, p) }
             Output.write(
                 String(
                     format: "%7d  %5d  %6.1f  %6.1f  %6.1f  %19.2f  %17.2f", count, latencies.count,

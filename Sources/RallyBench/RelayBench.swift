@@ -62,11 +62,8 @@ struct RelayBench: AsyncParsableCommand {
         var seconds = 0.0
         var latenciesMs: [Double] = []
 
-        func percentile(_ p: Double) -> Double {
-            guard !latenciesMs.isEmpty else { return .nan }
-            let sorted = latenciesMs.sorted()
-            return sorted[min(sorted.count - 1, Int((Double(sorted.count - 1) * p).rounded()))]
-        }
+        /// `latenciesMs` is sorted.
+        func percentile(_ p: Double) -> Double { ReconnectBench.percentile(latenciesMs, p) }
     }
 
     private func measure(clients count: Int, relayURLs: [URL]) async throws -> Result {
@@ -125,7 +122,7 @@ struct RelayBench: AsyncParsableCommand {
             await subscriber.close()
             await publisher.close()
         }
-        return Result(delivered: latencies.count, seconds: seconds, latenciesMs: latencies)
+        return Result(delivered: latencies.count, seconds: seconds, latenciesMs: latencies.sorted())
     }
 }
 

@@ -1,4 +1,5 @@
 import Foundation
+import GRDB
 
 /// The relay's SQLite files are owner-only from the start.
 enum OwnerOnlyFile {
@@ -16,5 +17,16 @@ enum OwnerOnlyFile {
         for suffix in ["", "-wal", "-shm", "-journal"] where FileManager.default.fileExists(atPath: url.path + suffix) {
             try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: url.path + suffix)
         }
+    }
+
+    /// Opens an owner-only SQLite database for the relay (WAL, with
+    /// `synchronous=FULL`: WAL's default, NORMAL, may lose the last commits
+    /// on power loss, and what the relay acknowledged must survive that).
+    static func openPool(_ url: URL, label: String) throws -> DatabasePool {
+        try prepare(url)
+        var configuration = Configuration()
+        configuration.label = label
+        configuration.prepareDatabase { db in try db.execute(sql: "PRAGMA synchronous = FULL") }
+        return try DatabasePool(path: url.path, configuration: configuration)
     }
 }

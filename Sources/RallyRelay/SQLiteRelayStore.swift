@@ -9,27 +9,16 @@ public final class SQLiteRelayStore: RelayStore {
     private let pool: DatabasePool
 
     public init(url: URL) throws {
-        try Self.prepareOwnerOnly(url)
-        var configuration = Configuration()
-        configuration.label = "rally.relay.store"
-        configuration.prepareDatabase { db in
-            // WAL's default (NORMAL) may lose the last commits on power loss;
-            // an acknowledged publish must survive that.
-            try db.execute(sql: "PRAGMA synchronous = FULL")
-        }
-        pool = try DatabasePool(path: url.path, configuration: configuration)
+        pool = try OwnerOnlyFile.openPool(url, label: "rally.relay.store")
+        try Self.ownerOnlyDirectory(of: url)
         try Self.migrator.migrate(pool)
     }
 
-    /// The data directory is created owner-only (0700) and the database
-    /// file is created 0600 before SQLite opens it, so its -wal and -shm
-    /// files (which SQLite gives the database file's mode) are too, under
-    /// any umask. Files of an earlier run are made owner-only, and so is an
-    /// existing directory that holds nothing but them; a directory with
-    /// other files keeps its mode (the operator may share it on purpose).
-    private static func prepareOwnerOnly(_ url: URL) throws {
+    /// An existing data directory that holds nothing but this store's
+    /// files is made owner-only too; a directory with other files keeps its
+    /// mode (the operator may share it on purpose).
+    private static func ownerOnlyDirectory(of url: URL) throws {
         let directory = url.deletingLastPathComponent()
-        try OwnerOnlyFile.prepare(url)
         let contents = try FileManager.default.contentsOfDirectory(atPath: directory.path)
         if contents.allSatisfy({ $0.hasPrefix(url.lastPathComponent) }) {
             try FileManager.default.setAttributes([.posixPermissions: 0o700], ofItemAtPath: directory.path)

@@ -40,7 +40,9 @@ struct JoinRequestHandler: Sendable {
         // An admission reads the log to its head and decides again before
         // it commits; any other answer is final, so it is given on the group
         // as it is now (a revocation or an explosion may have just landed).
-        if decisions.contains(where: { $0 != nil && !$0!.isAdmission }), (try? context.store.group(groupID)) != nil {
+        if decisions.contains(where: { $0.map { !$0.isAdmission } ?? false }),
+            (try? context.store.group(groupID)) != nil
+        {
             do {
                 try await desk.log.sync(groupID)
                 decisions = try decide(reads)

@@ -10,14 +10,8 @@ public final class SQLiteEscrowStore: EscrowStore {
     /// Opens (or creates) the store in `dataDirectory`, which is created
     /// owner-only when missing.
     public init(dataDirectory: URL) throws {
-        let url = dataDirectory.appendingPathComponent("escrows.sqlite")
-        try OwnerOnlyFile.prepare(url)
-        var configuration = Configuration()
-        configuration.label = "rally.relay.escrows"
-        // WAL's default (NORMAL) may lose the last commits on power loss;
-        // an acknowledged request or rejection must survive that.
-        configuration.prepareDatabase { db in try db.execute(sql: "PRAGMA synchronous = FULL") }
-        pool = try DatabasePool(path: url.path, configuration: configuration)
+        pool = try OwnerOnlyFile.openPool(
+            dataDirectory.appendingPathComponent("escrows.sqlite"), label: "rally.relay.escrows")
         try Self.migrator.migrate(pool)
     }
 

@@ -21,9 +21,7 @@ enum PushEndpoints {
                 }
                 let url = try PushTargetPolicy.validate(target.url, limits: services.limits.push)
                 try await run(services) { try await services.push.register(inbox: inbox.rawValue, url: url) }
-                var answer = WirePushTarget()
-                answer.url = url.absoluteString
-                return FrameCodec.encode(answer)
+                return answer(url)
             }
         }
         router.get("/v1/push") { request, context in
@@ -32,9 +30,7 @@ enum PushEndpoints {
                     request, body: Data(), topic: topic, services: services, what: "reading the push target")
                 let url = try await run(services) { try await services.push.target(inbox: inbox.rawValue) }
                 guard let url else { throw RelayFailure(.notFound, "no push target is registered for this inbox") }
-                var answer = WirePushTarget()
-                answer.url = url.absoluteString
-                return FrameCodec.encode(answer)
+                return answer(url)
             }
         }
         router.delete("/v1/push") { request, context in
@@ -46,6 +42,13 @@ enum PushEndpoints {
                 return Data()
             }
         }
+    }
+
+    /// The target as the relay stored it, the answer of PUT and GET.
+    private static func answer(_ url: URL) -> Data {
+        var target = WirePushTarget()
+        target.url = url.absoluteString
+        return FrameCodec.encode(target)
     }
 
     /// What the signature's nonce is scoped to and refusals name.

@@ -22,12 +22,8 @@ public final class SQLitePushTargetStore: PushTargetStore {
     private let pool: DatabasePool
 
     public init(dataDirectory: URL) throws {
-        let url = dataDirectory.appendingPathComponent("push.sqlite")
-        try OwnerOnlyFile.prepare(url)
-        var configuration = Configuration()
-        configuration.label = "rally.relay.push"
-        configuration.prepareDatabase { db in try db.execute(sql: "PRAGMA synchronous = FULL") }
-        pool = try DatabasePool(path: url.path, configuration: configuration)
+        pool = try OwnerOnlyFile.openPool(
+            dataDirectory.appendingPathComponent("push.sqlite"), label: "rally.relay.push")
         var migrator = DatabaseMigrator()
         migrator.registerMigration("v1-push-targets") { db in
             try db.create(table: "push_targets") { table in
