@@ -64,9 +64,41 @@ start_private_postgres || {
 trap stop_private_postgres EXIT
 export RALLY_TEST_POSTGRES_URL="$PRIVATE_POSTGRES_URL"
 
+# Everything the tests start carries this marker in its environment, so a
+# process a failed or crashed test left running is found and ended when the
+# run is over: left alone, an orphan that inherited this script's output
+# would keep whatever reads it (CI's tee) waiting forever.
+export RALLY_TEST_RUN="rally-test-$$-$(date +%s%N)"
+end_leftovers() {
+  local environ pid
+  for environ in /proc/[0-9]*/environ; do
+    pid=${environ#/proc/}
+    pid=${pid%/environ}
+    [ "$pid" != "$$" ] || continue
+    if grep -qzx "RALLY_TEST_RUN=$RALLY_TEST_RUN" "$environ" 2>/dev/null; then
+      echo "scripts/test.sh: ending a process the tests left running: $pid $(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null)" >&2
+      kill -9 "$pid" 2>/dev/null || true
+    fi
+  done
+}
+trap 'end_leftovers; stop_private_postgres' EXIT
+
+# The build first, without a time limit (a first build takes minutes); then
+# the tests, which take about two minutes on two cores, with one: a test
+# that hangs ends the run with a clear message instead of holding CI until
+# its own limit. RALLY_TEST_TIME_LIMIT (seconds) changes it.
+swift build --build-tests
+limit=${RALLY_TEST_TIME_LIMIT:-1500}
 # `node --test Tests/Browser/` (the browser call client's modules against
 # the shared vector files) runs inside `swift test`, as the seed's
 # cross-platform case (CallSessionTests).
 status=0
-swift test "$@" || status=$?
+if command -v timeout >/dev/null 2>&1; then
+  timeout --kill-after=30 "$limit" swift test --skip-build "$@" || status=$?
+else
+  swift test --skip-build "$@" || status=$? # macOS without coreutils: no limit
+fi
+if [ "$status" -eq 124 ] || [ "$status" -eq 137 ]; then
+  echo "scripts/test.sh: the tests did not finish within $limit s and were stopped (status $status)" >&2
+fi
 exit $status

@@ -257,9 +257,12 @@ struct ConnectionCLITests {
                 == Event(event: "connection", status: "recovering", indicator: true, text: "Reconnecting…"))
         proxy.setMode(.pass)
         // Reconnecting takes one more rung of the ladder; on a loaded
-        // machine the status may pass "Taking longer than usual…" first.
+        // machine the status may pass "Taking longer than usual…", or even
+        // reach retrying, before it is connected again.
         var afterPass = try await nextConnectionEvent()
-        while let event = afterPass, event.status == "recovering" { afterPass = try await nextConnectionEvent() }
+        while let event = afterPass, event.status == "recovering" || event.status == "retrying" {
+            afterPass = try await nextConnectionEvent()
+        }
         #expect(afterPass == Event(event: "connection", status: "connected", indicator: false))
 
         try await onOwnThread {

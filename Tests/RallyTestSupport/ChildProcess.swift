@@ -50,6 +50,14 @@ public final class ChildProcess: Sendable {
         self.standardInput = stdin
     }
 
+    /// A child still running when its last handle goes (a test that threw
+    /// before stopping it) is killed: left running, it would outlive the
+    /// test process and hold the test run's output open. Callers keep the
+    /// handle until they have stopped the child.
+    deinit {
+        exit.ifRunning { kill(pid, SIGKILL) }
+    }
+
     /// Starts `executable` with `arguments` and `environment` (nil: this
     /// process's environment).
     public static func launch(

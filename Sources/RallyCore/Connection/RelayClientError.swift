@@ -73,8 +73,10 @@ public enum RelayClientError: Error, Equatable, Sendable, CustomStringConvertibl
         switch self {
         case .unreachable, .disconnected, .timedOut: true
         case .refused(let code, _):
+            // An authentication that came too late (a slow device, a
+            // loaded relay) is worth a new connection; a wrong one is not.
             code == .rateLimited || code == .shuttingDown || code == .slowConsumer || code == .tooManyConnections
-                || code == .idleTimeout
+                || code == .idleTimeout || code == .authenticationTimeout
         case .rateLimited: true
         case .protocolViolation, .conflict, .accessRevoked, .quotaExceeded: false
         }
