@@ -122,6 +122,28 @@ struct JoinBench: AsyncParsableCommand {
                         "invite verifications, %@: %d in %.2f s = %.0f/s (slug %d characters: decode, signature, checks)",
                     label, verified, seconds, Double(verified) / seconds, invite.slug.count))
         }
+        // The ceiling for distinct invites: Ed25519 verifications alone, of
+        // signatures as long as an invite's over as many bytes.
+        let payloadBytes = (try? InviteSlug.decode(InviteLink.slug(from: distinct[0])))?.payload.count ?? 400
+        let message = Data(count: payloadBytes)
+        let signatures = (0..<min(verifications, 2000)).map { index in
+            var bytes = message
+            bytes[0] = UInt8(truncatingIfNeeded: index)
+            bytes[1] = UInt8(truncatingIfNeeded: index >> 8)
+            return (bytes, (try? issuer.signingKey.signature(for: bytes)) ?? Data())
+        }
+        let clock = ContinuousClock()
+        let start = clock.now
+        var valid = 0
+        let key = issuer.publicIdentity.signingKey
+        for _ in 0..<max(1, verifications / signatures.count) {
+            for (bytes, signature) in signatures where key.isValidSignature(signature, for: bytes) { valid += 1 }
+        }
+        let seconds = GroupBench.milliseconds(clock.now - start) / 1000
+        Output.write(
+            String(
+                format: "Ed25519 verifications alone (swift-crypto, one core): %d in %.2f s = %.0f/s", valid, seconds,
+                Double(valid) / seconds))
         Output.write("relay peak memory (VmHWM): \(relay.peakMemoryKiB().map { "\($0 / 1024) MiB" } ?? "unknown")")
     }
 }

@@ -38,6 +38,8 @@ struct RelayCommand: AsyncParsableCommand {
     @Option(help: "Open WebSocket connections allowed per IP address.") var maxConnectionsPerIp = D.maxConnectionsPerIP
     @Option(help: "Seconds a WebSocket may stay silent before it is closed.")
     var idleTimeoutSeconds = Int(D.idleTimeout.components.seconds)
+    @Option(help: "Seconds a new WebSocket has to authenticate before it is closed (AUTHENTICATION_TIMEOUT).")
+    var authTimeoutSeconds = Int(RelayLimits.default.authTimeout.components.seconds)
     @Option(help: "Payload bytes one inbox may store (0: no limit).") var maxInboxBytes = D.maxInboxBytes
     @Option(help: "Payload bytes one group or other topic may store (0: no limit).") var maxTopicBytes = D.maxTopicBytes
     @Option(help: "Days inbox envelopes are kept (0: until they expire).")
@@ -84,7 +86,8 @@ struct RelayCommand: AsyncParsableCommand {
             }
             publicURLValue = url
         }
-        guard idleTimeoutSeconds > 0, maxConnections > 0, maxConnectionsPerIp > 0, inboxRetentionDays >= 0,
+        guard idleTimeoutSeconds > 0, authTimeoutSeconds > 0, maxConnections > 0, maxConnectionsPerIp > 0,
+            inboxRetentionDays >= 0,
             maxInboxBytes >= 0, maxTopicBytes >= 0, maxWriteQueueBytes > 0, backlogPageBytes > 0, maxBlobBytes > 0,
             maxBlobChunkBytes > 0, blobQuotaBytes > 0, maxUnfinishedBlobs > 0, unfinishedBlobHours > 0,
             maxEscrows > 0, maxSealedGrantBytes > 0, minEscrowWaitSeconds > 0,
@@ -100,6 +103,7 @@ struct RelayCommand: AsyncParsableCommand {
         limits.maxConnections = maxConnections
         limits.maxConnectionsPerIP = maxConnectionsPerIp
         limits.idleTimeout = .seconds(idleTimeoutSeconds)
+        limits.authTimeout = .seconds(authTimeoutSeconds)
         limits.maxInboxBytes = maxInboxBytes
         limits.maxTopicBytes = maxTopicBytes
         limits.inboxRetention = .seconds(inboxRetentionDays * 86_400)

@@ -9,6 +9,8 @@ import Testing
 /// killed under them: `kill` runs once `killAfter` publishes were
 /// acknowledged, so it lands while commits are in flight. Returns what each
 /// acknowledged seq carried.
+private let maxConnectAttempts = 10
+
 func publishUntilKilled(
     relayURL: URL, identity: Identity, topic: TopicName, access: TopicAccess, workers: Int = 4,
     killAfter: Int = 200, kill: () async -> Void
@@ -21,10 +23,22 @@ func publishUntilKilled(
     let (progress, progressContinuation) = AsyncStream<Int>.makeStream()
     let publishers = (0..<workers).map { worker in
         Task {
-            guard
-                let connection = try? await RelayConnection.connect(
-                    to: relayURL, identity: identity, logger: TestLogger.quiet)
-            else { return }
+            // A connection refused for a moment (an authentication that came
+            // late on a loaded machine) is tried again; the relay is alive
+            // until `killAfter` acknowledgements.
+            var connection: RelayConnection?
+            for _ in 0..<maxConnectAttempts where connection == nil {
+                do {
+                    connection = try await RelayConnection.connect(
+                        to: relayURL, identity: identity, logger: TestLogger.quiet)
+                } catch {
+                    if (error as? RelayClientError)?.isTransient != true { break }
+                }
+            }
+            guard let connection else {
+                Issue.record("publisher \(worker) could not connect to \(relayURL)")
+                return
+            }
             for index in 0..<10_000 {
                 let payload = Data("worker \(worker) message \(index)".utf8)
                 guard
@@ -37,6 +51,14 @@ func publishUntilKilled(
             }
         }
     }
+    // If every publisher stops before `killAfter` acknowledgements, the
+    // count below ends there instead of waiting forever (the caller's
+    // checks then fail on the count).
+    let allStopped = Task {
+        for publisher in publishers { await publisher.value }
+        progressContinuation.finish()
+    }
+    defer { allStopped.cancel() }
     var acknowledged = 0
     for await _ in progress {
         acknowledged += 1

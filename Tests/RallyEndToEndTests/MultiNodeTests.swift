@@ -29,7 +29,7 @@ struct MultiNodeTests {
                 nodes.append(
                     try await RunningRelay.start(
                         configuration: RelayConfiguration(
-                            port: 0, dataDirectory: directory.path("node\(index)"), limits: limits,
+                            port: 0, dataDirectory: directory.path("node\(index)"), limits: limits.onATestMachine,
                             postgres: database.location),
                         logger: TestLogger.quiet))
             }

@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import RallyCrypto
+import RallyTestSupport
 import RallyWire
 import Testing
 
@@ -18,7 +19,8 @@ struct RelayFixture {
     init(limits: RelayLimits = .default) async throws {
         directory = try TemporaryDirectory()
         relay = try await RunningRelay.start(
-            configuration: RelayConfiguration(port: 0, dataDirectory: directory.url, limits: limits), logger: .quiet)
+            configuration: RelayConfiguration(port: 0, dataDirectory: directory.url, limits: limits.onATestMachine),
+            logger: .quiet)
     }
 
     func stop() async {

@@ -24,7 +24,11 @@ public final class ChildProcess: Sendable {
         case pipe
         /// `/dev/null`.
         case null
-        /// The test process's own stream.
+        /// Copied to the test process's own stream (stdout and stderr
+        /// only). Through a pipe and a thread, never the descriptor itself:
+        /// a child that outlived a crashed test process would otherwise
+        /// hold the test run's output open, and whatever reads it (swift
+        /// test, CI) would wait for it forever.
         case inherit
     }
 
@@ -76,7 +80,22 @@ public final class ChildProcess: Sendable {
         defer { for fd in childEnds { close(fd) } }
         func wire(_ stream: Stream, to target: Int32, childReads: Bool) throws -> FileHandle? {
             switch stream {
+            case .inherit where target == 0:
+                return nil
             case .inherit:
+                var fds: [Int32] = [0, 0]
+                guard pipeCloseOnExec(&fds) == 0 else {
+                    throw LaunchError(executable: executable.path, errno: errno)
+                }
+                childEnds.append(fds[1])
+                posix_spawn_file_actions_adddup2(&actions, fds[1], target)
+                let source = FileHandle(fileDescriptor: fds[0], closeOnDealloc: true)
+                let destination = target == 1 ? FileHandle.standardOutput : FileHandle.standardError
+                Thread.detachNewThread {
+                    while case let chunk = source.availableData, !chunk.isEmpty {
+                        try? destination.write(contentsOf: chunk)
+                    }
+                }
                 return nil
             case .null:
                 posix_spawn_file_actions_addopen(

@@ -69,7 +69,10 @@ public final class RelayProcess: Sendable {
     static func startBlocking(dataDirectory: URL, port: Int, arguments: [String] = []) throws -> RelayProcess {
         let process = try ChildProcess.launch(
             RallyBinary.url,
-            ["relay", "--port", String(port), "--data", dataDirectory.path, "--log-level", "error"] + arguments,
+            [
+                "relay", "--port", String(port), "--data", dataDirectory.path, "--log-level", "error",
+                "--auth-timeout-seconds", String(TestRelay.testAuthTimeout.components.seconds),
+            ] + arguments,
             stderr: .inherit)
         let out = process.standardOutput!
         var buffer = Data()

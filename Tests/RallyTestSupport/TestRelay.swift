@@ -16,11 +16,16 @@ public struct TestRelay: Sendable {
     /// `directory`: where its store lives (a restart reuses it); `clock`:
     /// the relay's time (a ``ManualRelayClock`` in tests of expiry and
     /// waits).
+    /// The authentication deadline of test relays that keep the default
+    /// (``RelayLimits/onATestMachine``).
+    public static let testAuthTimeout: Duration = .seconds(120)
+
     public static func start(
         limits: RelayLimits = .default, publicURL: URL? = nil, acceptsBindOrigins: Bool = false, port: Int = 0,
         directory: TemporaryDirectory? = nil, clock: any RelayClock = SystemRelayClock()
     ) async throws -> TestRelay {
         let directory = directory ?? TemporaryDirectory("rally-relay")
+        let limits = limits.onATestMachine
         var logger = Logger(label: "rally.test.relay")
         logger.logLevel = .warning
         let relay = try await RunningRelay.start(
@@ -48,5 +53,18 @@ public enum TestLogger {
         var logger = Logger(label: "rally.test")
         logger.logLevel = .warning
         return logger
+    }
+}
+
+extension RelayLimits {
+    /// These limits for a relay under test: the default authentication
+    /// deadline (10 s, for a phone) becomes ``TestRelay/testAuthTimeout``,
+    /// since hundreds of clients of a whole test run on a loaded two-core
+    /// machine have taken longer to authenticate. A test of the deadline
+    /// sets its own, which is kept.
+    public var onATestMachine: RelayLimits {
+        var limits = self
+        if limits.authTimeout == RelayLimits.default.authTimeout { limits.authTimeout = TestRelay.testAuthTimeout }
+        return limits
     }
 }
