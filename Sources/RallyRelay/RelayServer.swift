@@ -73,11 +73,6 @@ public final class RelayServer: Service, Sendable, CustomStringConvertible {
                 configuration: .init(
                     ws: WebSocketServerConfiguration(
                         maxFrameSize: configuration.limits.transportMaxFrameBytes,
-                        // No WebSocket pings from the relay: clients ping
-                        // (RallyCore every 60 s) and the relay closes a
-                        // connection quiet for `idleTimeout`. Hummingbird's
-                        // pinger is a task per connection (ADR 0022).
-                        autoPing: .disabled,
                         closeTimeout: .seconds(5)))),
             configuration: .init(address: .hostname(configuration.host, port: configuration.port)),
             onServerRunning: { [configuration] channel in
