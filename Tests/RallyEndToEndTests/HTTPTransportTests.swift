@@ -528,19 +528,6 @@ struct HTTPTransportHostileServerTests {
         await server.stop()
     }
 
-    /// Connects, again after a transient failure, at most ten times.
-    static func connectRetrying(_ transport: HTTPTransport, as identity: Identity) async throws -> any RelayLink {
-        var attempts = 0
-        while true {
-            attempts += 1
-            do {
-                return try await transport.connect(as: identity)
-            } catch {
-                if !error.isTransient || attempts >= 10 { throw error }
-            }
-        }
-    }
-
     @Test("an answer that stalls mid-body fails by the request's deadline with timedOut, and the subscription ends")
     func stalledAnswer() async throws {
         let server = try await Self.server { _ in
@@ -551,8 +538,8 @@ struct HTTPTransportHostileServerTests {
         // at once) can still miss it on a machine busy with other suites, a
         // headless browser among them: a connect that timed out is tried
         // again, as the SDK does.
-        let link = try await Self.connectRetrying(
-            HTTPTransport(relayURL: server.url, requestTimeout: .seconds(2)), as: identity)
+        let transport = HTTPTransport(relayURL: server.url, requestTimeout: .seconds(2))
+        let link = try await retryingTransient { try await transport.connect(as: identity) }
         let inbox = try TopicName.inbox(identity.inboxID.rawValue)
         let (events, error) = await Self.drain(await link.subscribe(topic: inbox, after: 0, access: nil))
         #expect(events.isEmpty)

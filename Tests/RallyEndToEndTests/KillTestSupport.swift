@@ -5,12 +5,24 @@ import RallyTestSupport
 import RallyWire
 import Testing
 
+/// Runs `connect` again after a transient relay error (a connection refused
+/// for a moment, an authentication that came late on a loaded machine), at
+/// most `attempts` times, as the SDK's own retries do.
+func retryingTransient<Link>(attempts: Int = 10, _ connect: () async throws -> Link) async throws -> Link {
+    var attempt = 1
+    while true {
+        do {
+            return try await connect()
+        } catch let error as RelayClientError where error.isTransient && attempt < attempts {
+            attempt += 1
+        }
+    }
+}
+
 /// Publishers writing to one capability topic through a relay until it is
 /// killed under them: `kill` runs once `killAfter` publishes were
 /// acknowledged, so it lands while commits are in flight. Returns what each
 /// acknowledged seq carried.
-private let maxConnectAttempts = 10
-
 func publishUntilKilled(
     relayURL: URL, identity: Identity, topic: TopicName, access: TopicAccess, workers: Int = 4,
     killAfter: Int = 200, kill: () async -> Void
@@ -23,19 +35,11 @@ func publishUntilKilled(
     let (progress, progressContinuation) = AsyncStream<Int>.makeStream()
     let publishers = (0..<workers).map { worker in
         Task {
-            // A connection refused for a moment (an authentication that came
-            // late on a loaded machine) is tried again; the relay is alive
-            // until `killAfter` acknowledgements.
-            var connection: RelayConnection?
-            for _ in 0..<maxConnectAttempts where connection == nil {
-                do {
-                    connection = try await RelayConnection.connect(
-                        to: relayURL, identity: identity, logger: TestLogger.quiet)
-                } catch {
-                    if (error as? RelayClientError)?.isTransient != true { break }
-                }
-            }
-            guard let connection else {
+            guard
+                let connection = try? await retryingTransient({
+                    try await RelayConnection.connect(to: relayURL, identity: identity, logger: TestLogger.quiet)
+                })
+            else {
                 Issue.record("publisher \(worker) could not connect to \(relayURL)")
                 return
             }

@@ -16,11 +16,11 @@ struct RelayFixture {
     let directory: TemporaryDirectory
     let relay: RunningRelay
 
-    init(limits: RelayLimits = .default) async throws {
+    init(limits: RelayLimits = .default, clock: some RelayClock = SystemRelayClock()) async throws {
         directory = try TemporaryDirectory()
         relay = try await RunningRelay.start(
             configuration: RelayConfiguration(port: 0, dataDirectory: directory.url, limits: limits.onATestMachine),
-            logger: .quiet)
+            logger: .quiet, clock: clock)
     }
 
     func stop() async {
