@@ -119,7 +119,8 @@ public final class WithholdingProxy: Sendable {
     }
 }
 
-private actor PortBox {
+/// The port a test server bound, once it runs.
+actor PortBox {
     private var port: Int?
     private var waiters: [CheckedContinuation<Int, Never>] = []
 

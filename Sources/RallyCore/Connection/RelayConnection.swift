@@ -26,6 +26,8 @@ public actor RelayConnection: RelayLink {
     private var nextRequestID: UInt64 = 1
     private var pending: [UInt64: CheckedContinuation<WireServerFrame, any Error>] = [:]
     private var subscriptions: [String: AsyncThrowingStream<SubscriptionEvent, any Error>.Continuation] = [:]
+    /// Subscriptions waiting for their `Subscribed` reply, by request id.
+    private var subscribeReplies: [UInt64: AsyncThrowingStream<SubscriptionEvent, any Error>.Continuation] = [:]
     private var challengeWaiter: CheckedContinuation<WireChallenge, any Error>?
     private var challenge: WireChallenge?
     private var cancelledRequests: Set<UInt64> = []
@@ -164,11 +166,17 @@ public actor RelayConnection: RelayLink {
     ) async throws(RelayClientError)
         -> WireServerFrame
     {
+        let requestID = nextRequestID
+        nextRequestID += 1
+        return try await request(frame, id: requestID, timeout: timeout)
+    }
+
+    private func request(
+        _ frame: WireClientFrame, id requestID: UInt64, timeout: Duration
+    ) async throws(RelayClientError) -> WireServerFrame {
         if let closedError { throw closedError }
         guard let writer else { throw .disconnected("not connected") }
         var frame = frame
-        let requestID = nextRequestID
-        nextRequestID += 1
         frame.requestID = requestID
         let bytes = FrameCodec.encode(frame)
         let reply: WireServerFrame
@@ -312,13 +320,14 @@ public actor RelayConnection: RelayLink {
         frame.subscribe.topic = topic.rawValue
         frame.subscribe.afterSeq = cursor
         if let proof = proof(access, topic: topic) { frame.subscribe.proof = proof }
+        let requestID = nextRequestID
+        nextRequestID += 1
+        subscribeReplies[requestID] = continuation
         Task {
             do {
-                let reply = try await self.request(frame, timeout: .seconds(120))
-                if case .subscribed(let subscribed)? = reply.body {
-                    continuation.yield(.caughtUp(seq: subscribed.caughtUpSeq))
-                }
+                _ = try await self.request(frame, id: requestID, timeout: .seconds(120))
             } catch {
+                self.subscribeReplies[requestID] = nil
                 self.endSubscription(
                     topic.rawValue, continuation: continuation,
                     error: error as? RelayClientError ?? .disconnected("\(error)"))
@@ -376,6 +385,14 @@ public actor RelayConnection: RelayLink {
                 closedError = RelayClientError(error)
             }
         default:
+            if case .subscribed(let subscribed)? = frame.body,
+                let subscription = subscribeReplies.removeValue(forKey: frame.requestID)
+            {
+                // Yielded as the reply arrives, not when its request's task
+                // resumes: a live envelope right behind it on the socket
+                // must come after `.caughtUp`.
+                subscription.yield(.caughtUp(seq: subscribed.caughtUpSeq))
+            }
             if let continuation = pending.removeValue(forKey: frame.requestID) {
                 continuation.resume(returning: frame)
             }
@@ -392,6 +409,7 @@ public actor RelayConnection: RelayLink {
         pending.removeAll()
         for continuation in subscriptions.values { continuation.finish(throwing: reason) }
         subscriptions.removeAll()
+        subscribeReplies.removeAll()
         keepAliveTask?.cancel()
     }
 
