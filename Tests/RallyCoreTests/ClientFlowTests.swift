@@ -67,6 +67,56 @@ struct ClientFlowTests {
         #expect(try await world.members(joiner, group.groupID) == ["joiner:member", "owner:owner"])
     }
 
+    @Test(
+        "An admission cut off after its commit, before the welcome, is finished on the next pass: one commit, and the joiner joins"
+    )
+    func admissionCutAfterItsCommitIsFinished() async throws {
+        let world = InMemoryWorld()
+        defer { world.homes.remove() }
+        let owner = try await world.user("owner")
+        let joiner = try await world.user("joiner")
+        let group = try await owner.createGroup(name: "Book club")
+        let invite = try await owner.createInvite(in: group.groupID, options: InviteOptions(singleUse: true))
+        let attempt = try await joiner.startJoin(invite.appLink)
+        let topic = try await owner.group(group.groupID).topic
+        let entriesBefore = await world.relay.entries(of: topic).count
+
+        // The admission commit is stored; then the relay is lost for the
+        // admin's next step, and the pass ends with an error.
+        let races = Races()
+        await world.relay.beforePublish { publish in
+            guard publish.publisher == owner.inboxID else { return }
+            await races.saw(publish)
+        }
+        await races.arm { await world.relay.failNext([.disconnected("the relay went away")]) }
+        do {
+            let reports = try await owner.processJoinRequests()
+            Issue.record("the cut pass was expected to fail, it reported \(reports)")
+        } catch {
+            guard case .relay(let cause) = error, cause.isTransient else {
+                Issue.record("the cut pass failed with \(error), not a transient relay error")
+                return
+            }
+        }
+        #expect(await world.relay.entries(of: topic).count == entriesBefore + 1)
+        _ = try await joiner.syncInbox()
+        #expect(try await joiner.joinAttempt(attempt.requestID).phase == .joining)
+
+        // The next pass finds its own commit and sends the welcome.
+        let reports = try await owner.processJoinRequests()
+        guard case .admit(let admission)? = reports.first?.decision, reports.count == 1 else {
+            Issue.record("expected the admission again, got \(reports)")
+            return
+        }
+        #expect(admission.committed)
+        #expect(await world.relay.entries(of: topic).count == entriesBefore + 1)
+        _ = try await joiner.syncInbox()
+        #expect(try await joiner.joinAttempt(attempt.requestID).phase == .joined)
+        #expect(try await world.members(joiner, group.groupID) == ["joiner:member", "owner:owner"])
+        // Answered and recorded: a third pass has nothing to do.
+        #expect(try await owner.processJoinRequests().isEmpty)
+    }
+
     @Test("A second joiner with a used single-use invite gets `single_use_consumed`")
     func usedInviteIsRefused() async throws {
         let world = InMemoryWorld()

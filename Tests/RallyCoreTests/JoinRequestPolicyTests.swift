@@ -701,6 +701,27 @@ struct JoinRequestPolicyTests {
                 == Self.singleUseUsed)
     }
 
+    @Test func anAdmissionCommittedButNeverAnsweredIsFinishedByTheAdminWhoCommittedIt() throws {
+        let p = try JoinPolicyWorld()
+        guard case .admit(let admission) = JoinRequestPolicy.decide(p.context(me: p.w.admin2)) else {
+            Issue.record("expected an admission")
+            return
+        }
+        let state = try p.w.applying(Self.commit(admission), by: p.w.admin2)
+        var finish = admission
+        finish.committed = true
+        // The admin whose commit it is, and who never recorded an answer:
+        // the same admission, to answer without a second commit.
+        #expect(JoinRequestPolicy.decide(p.context(state: state, me: p.w.admin2)) == .admit(finish))
+        // Answered and recorded: a duplicate.
+        #expect(JoinRequestPolicy.decide(p.context(state: state, me: p.w.admin2, seenBefore: true)) == .duplicate)
+        // Another admin's admission is that admin's to answer.
+        #expect(JoinRequestPolicy.decide(p.context(state: state, me: p.w.admin)) == .duplicate)
+        // Someone else sending the admitted request's id is not the joiner.
+        #expect(
+            JoinRequestPolicy.decide(p.context(sender: p.w.joiner2, state: state, me: p.w.admin2)) == .duplicate)
+    }
+
     @Test func theSameRequestRacedByTwoAdminsEndsAsADuplicate() throws {
         let p = try JoinPolicyWorld()
         guard case .admit(let admission) = JoinRequestPolicy.decide(p.context(me: p.w.admin)) else {

@@ -586,8 +586,9 @@ struct WatchRecoveryTests {
         relay = try await RelayProcess.start(dataDirectory: data, port: relay.port)
         let carol = try await user("carol")
         let carolJoin = try await requestJoin(carol, invite.appLink)
-        guard case .admit? = await handled.next()?.decision else {
-            Issue.record("after the restart the watch did not admit carol")
+        let carolReport = await handled.next()
+        guard case .admit? = carolReport?.decision else {
+            Issue.record("after the restart the watch did not admit carol: \(String(describing: carolReport))")
             watcher.cancel()
             await relay.kill()
             return

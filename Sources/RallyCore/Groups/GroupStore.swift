@@ -178,6 +178,31 @@ extension LocalStore {
         }
     }
 
+    /// The first of this identity's applied commits to a group whose state
+    /// counts `requestID` as admitted: the commit that admitted it, when
+    /// this identity did. Decodes every own commit of the group, so it is
+    /// for the rare recovery of an admission whose answer never went out.
+    func ownCommitAdmitting(
+        group: String, requestID: Data
+    ) throws(LocalStoreError) -> (
+        commitID: Data, commit: OwnCommit
+    )? {
+        try read { db in
+            let records = try OwnCommitRecord.filter(Column("group_id") == group && Column("outcome") == "applied")
+                .order(Column("seq")).fetchAll(db)
+            for record in records {
+                let snapshot = try WireGroupSnapshot(serializedBytes: record.snapshot)
+                guard snapshot.admittedJoinRequests.contains(requestID) else { continue }
+                return (
+                    record.commitID,
+                    OwnCommit(
+                        groupID: record.groupID, seq: UInt64(max(0, record.seq)), rejection: nil, snapshot: snapshot)
+                )
+            }
+            return nil
+        }
+    }
+
     func saveNewGroup(
         _ record: GroupRecord, epochKey: (UInt64, SymmetricKey)?, cursor: UInt64, now: Date
     ) throws(LocalStoreError) {

@@ -92,6 +92,10 @@ public enum JoinRequestDecision: Sendable, Equatable {
         /// An accepted personal invitation: admitted as the admin invited
         /// them, judged by the group's invitees rather than its invite tag.
         public var invitation = false
+        /// This client's own commit admitted the request already, but its
+        /// answer never went out (the client stopped, or lost the relay,
+        /// between the commit and the welcome): only the answer is left.
+        public var committed = false
 
         /// The admission as the commit that carries it names it.
         public var wire: WireInviteAdmission {
@@ -170,8 +174,9 @@ public enum JoinRequestPolicy {
 
     public static func decide(_ context: Context) -> JoinRequestDecision {
         // 1. Duplicate: handled once, ever.
-        if context.seenBefore || context.group?.state.admittedJoinRequests.contains(context.requestID) == true {
-            return .duplicate
+        if context.seenBefore { return .duplicate }
+        if context.group?.state.admittedJoinRequests.contains(context.requestID) == true {
+            return unfinishedAdmission(context) ?? .duplicate
         }
         if context.senderBlocked { return .ignoredBlockedSender }
         // 2. Malformed or forged. Only what the sender itself signed can
@@ -259,6 +264,41 @@ public enum JoinRequestPolicy {
             groupID: groupID, joiner: joiner, role: role, tag: invite.tag, inviteID: inviteID,
             maxUses: maxUses, requestID: context.requestID)
         admit.approval = GroupAdmission.effective(state.admission, asked) == .approval
+        return .admit(admit)
+    }
+
+    /// A request the group admitted, that this client never recorded as
+    /// answered, whose joiner this client's own commit added: the handling
+    /// was cut off after the commit. The admission again, marked
+    /// `committed`, so the handler sends the answer without a second
+    /// commit. Nil for anything else (another admin's admission is that
+    /// admin's to answer).
+    static func unfinishedAdmission(_ context: Context) -> JoinRequestDecision? {
+        guard let request = context.request, request.requestID == context.requestID,
+            let state = context.group?.state,
+            let invite = try? Invite.verify(request.invite, now: nil)
+        else { return nil }
+        let joiner = context.sender
+        let role: GroupRole
+        let approval: Bool
+        if let member = state.members[joiner.inboxID], member.identity.hasSameKeys(as: joiner),
+            member.addedBy == context.me
+        {
+            (role, approval) = (member.role, false)
+        } else if let waiting = state.pending[joiner.inboxID], waiting.identity.hasSameKeys(as: joiner),
+            waiting.addedBy == context.me
+        {
+            (role, approval) = (waiting.role, true)
+        } else {
+            return nil
+        }
+        var admit = JoinRequestDecision.Admission(
+            groupID: context.groupID, joiner: joiner, role: role, tag: invite.tag,
+            inviteID: inviteID(of: request.invite), maxUses: invite.payload.singleUse ? 1 : invite.payload.maxUses,
+            requestID: context.requestID)
+        admit.approval = approval
+        admit.invitation = !invite.payload.invitee.isEmpty
+        admit.committed = true
         return .admit(admit)
     }
 

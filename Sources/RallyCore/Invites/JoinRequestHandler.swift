@@ -54,7 +54,7 @@ struct JoinRequestHandler: Sendable {
         var admissions: [(index: Int, asked: JoinRequestPolicy.Asked, admission: JoinRequestDecision.Admission)] = []
         for (index, decision) in decisions.enumerated() {
             guard let decision, let asked = reads[index].asked else { continue }
-            if case .admit(let admission) = decision {
+            if case .admit(let admission) = decision, !admission.committed {
                 admissions.append((index, asked, admission))
             } else {
                 answers[index] = try await perform(decision, asked: asked)
@@ -177,9 +177,44 @@ struct JoinRequestHandler: Sendable {
                 // Withdrawn meanwhile: nothing left to decline.
             }
             return Answer(decision: decision)
+        case .admit(let admission) where admission.committed:
+            return await finishAdmission(admission, asked: asked)
         case .admit(let admission):
             return try await admit([(asked, admission)])[0]
         }
+    }
+
+    /// Answers an admission this client's own commit made but never
+    /// answered: the welcome built on that commit, or the notice that the
+    /// joiner waits for approval. Without that commit in the store (or with
+    /// the joiner not admitted by it) the request counts as a duplicate.
+    private func finishAdmission(
+        _ admission: JoinRequestDecision.Admission, asked: JoinRequestPolicy.Asked
+    ) async -> Answer {
+        let decision = JoinRequestDecision.admit(admission)
+        if admission.approval {
+            return Answer(decision: decision, errorSent: await sendPendingNotice(groupID: groupID, asked: asked))
+        }
+        let groupID = groupID
+        let joinerKey = asked.sender.wireBundle.signingPublicKey
+        let found = try? context.stored { () throws(LocalStoreError) in
+            try context.store.ownCommitAdmitting(group: groupID, requestID: admission.requestID)
+        }
+        guard let found, found.commit.snapshot.members.contains(where: { $0.identity.signingPublicKey == joinerKey })
+        else { return Answer(decision: .duplicate) }
+        context.logger.info("finishing the admission of \(asked.sender.inboxID) to \(groupID): sending its welcome")
+        do {
+            try await desk.welcomes.send(
+                to: [
+                    GroupWelcomes.Newcomer(
+                        identity: asked.sender,
+                        invite: .init(tag: admission.tag, keys: asked.keys, requestID: asked.requestID))
+                ], groupID: groupID, admission: found.commitID)
+        } catch {
+            context.logger.warning(
+                "admitted \(asked.sender.inboxID) to \(groupID) but could not send its welcome: \(error)")
+        }
+        return Answer(decision: decision)
     }
 
     /// Admits a batch in one commit built on the latest state, deciding
@@ -211,7 +246,7 @@ struct JoinRequestHandler: Sendable {
                         groupID: groupID,
                         group: GroupRecord(groupID: groupID, topicID: "", state: running, status: .active),
                         me: me, seenBefore: false, senderBlocked: false, now: now)
-                    guard case .admit(let current) = again else {
+                    guard case .admit(let current) = again, !current.committed else {
                         overtaken[index] = again
                         continue
                     }
