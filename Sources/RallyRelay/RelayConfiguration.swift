@@ -255,4 +255,13 @@ extension Duration {
     var milliseconds: Int64 {
         components.seconds * 1000 + components.attoseconds / 1_000_000_000_000_000
     }
+
+    /// Whole nanoseconds (saturating): for deadlines kept in atomics.
+    var nanoseconds: Int64 {
+        let (seconds, attoseconds) = components
+        let (scaled, scaleOverflow) = seconds.multipliedReportingOverflow(by: 1_000_000_000)
+        let (sum, sumOverflow) = scaled.addingReportingOverflow(attoseconds / 1_000_000_000)
+        if scaleOverflow || sumOverflow { return seconds < 0 ? .min : .max }
+        return sum
+    }
 }

@@ -89,6 +89,7 @@ public final class RelayServer: Service, Sendable, CustomStringConvertible {
                 try await withThrowingTaskGroup(of: Void.self) { group in
                     group.addTask { try await app.run() }
                     group.addTask { await Self.pruneLoop(services: services) }
+                    group.addTask { await Self.sweepLoop(services: services) }
                     group.addTask { await Self.roomTickLoop(services: services) }
                     group.addTask { await services.push.run() }
                     if let postgres = self.postgres {
@@ -146,6 +147,42 @@ public final class RelayServer: Service, Sendable, CustomStringConvertible {
     /// stopped before it got there.
     public func waitUntilListening() async throws -> Int {
         try await listening.wait()
+    }
+
+    /// Every connection's authentication and idle deadlines, checked by
+    /// one task for all of them instead of a timer task per connection
+    /// (ADR 0022). A connection past one gets its error frame and is
+    /// closed; each check runs on a task of its own, so one slow socket
+    /// holds up no other.
+    private static func sweepLoop(services: RelayServices) async {
+        let interval = sweepInterval(services.limits)
+        while !Task.isCancelled {
+            do {
+                try await Task.sleep(for: interval)
+            } catch {
+                return
+            }
+            let due = await services.sessions.due(now: .now, relayNow: services.clock.monotonic)
+            for (session, deadline) in due {
+                Task {
+                    let disposition =
+                        switch deadline {
+                        case .authentication: await session.authTimeoutElapsed()
+                        case .idle: await session.idleCheck()
+                        }
+                    if disposition == .close { await session.endConnection() }
+                    await services.sessions.checked(session)
+                }
+            }
+        }
+    }
+
+    /// How often the sweep looks: a tenth of the authentication timeout or
+    /// a quarter of the idle timeout, between 10 ms and 1 s. The idle
+    /// deadline itself is on the relay's clock; this only sets how often
+    /// it is read.
+    static func sweepInterval(_ limits: RelayLimits) -> Duration {
+        min(max(min(limits.authTimeout / 10, limits.idleTimeout / 4), .milliseconds(10)), .seconds(1))
     }
 
     private static func pruneLoop(services: RelayServices) async {

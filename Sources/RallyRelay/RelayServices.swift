@@ -4,7 +4,11 @@ import RallyCrypto
 import RallyWire
 
 /// Everything a connection or an HTTP request needs, shared by all of them.
-struct RelayServices: Sendable {
+/// A class, not a struct: it is held across suspension points by every
+/// connection's tasks, and a struct this size (three existential stores,
+/// the limits, the logger) was copied into each of their async frames,
+/// about a third of an idle connection's memory (ADR 0022).
+final class RelayServices: Sendable {
     let store: any RelayStore
     let blobs: any BlobStore
     let escrows: any EscrowStore
@@ -55,7 +59,8 @@ struct RelayServices: Sendable {
         self.metrics = metrics
         self.logger = logger
         let push = PushDispatcher(
-            targets: pushTargets, deliverer: pushDeliverer ?? WebhookDeliverer(timeout: limits.push.callTimeout), clock: clock, limits: limits.push,
+            targets: pushTargets, deliverer: pushDeliverer ?? WebhookDeliverer(timeout: limits.push.callTimeout),
+            clock: clock, limits: limits.push,
             metrics: metrics, logger: logger)
         self.push = push
         self.writer = PublishWriter(
@@ -241,17 +246,65 @@ struct RelayServices: Sendable {
 
 /// The open WebSocket sessions of a relay.
 actor SessionRegistry {
-    private var sessions: [ObjectIdentifier: RelaySession] = [:]
+    private struct Entry {
+        let session: RelaySession
+        /// When the client must have authenticated by (cleared once
+        /// checked).
+        var authDeadline: ContinuousClock.Instant?
+    }
 
-    func add(_ session: RelaySession) { sessions[ObjectIdentifier(session)] = session }
-    func remove(_ session: RelaySession) { sessions[ObjectIdentifier(session)] = nil }
+    private var sessions: [ObjectIdentifier: Entry] = [:]
+    /// Sessions a deadline check is running for, so a check that waits on
+    /// a slow socket is not started twice.
+    private var checking: Set<ObjectIdentifier> = []
+
+    func add(_ session: RelaySession, authDeadline: ContinuousClock.Instant? = nil) {
+        sessions[ObjectIdentifier(session)] = Entry(session: session, authDeadline: authDeadline)
+    }
+
+    func remove(_ session: RelaySession) {
+        sessions[ObjectIdentifier(session)] = nil
+        checking.remove(ObjectIdentifier(session))
+    }
 
     /// Sends every open session the `SHUTTING_DOWN` notice, all at once,
     /// and returns when each was written (or its connection was gone).
     func announceShutdown() async {
-        let open = Array(sessions.values)
+        let open = sessions.values.map(\.session)
         await withTaskGroup(of: Void.self) { group in
             for session in open { group.addTask { await session.shuttingDown() } }
         }
     }
+
+    /// The sessions a deadline has passed for: not authenticated by their
+    /// authentication deadline (`now`, real time), or quiet for the idle
+    /// timeout (`relayNow`, the relay's clock). Each is reported once until
+    /// ``checked(_:)``; O(sessions), with no hop into any of them.
+    func due(now: ContinuousClock.Instant, relayNow: Duration) -> [(RelaySession, SessionDeadline)] {
+        var due: [(RelaySession, SessionDeadline)] = []
+        var authChecked: [ObjectIdentifier] = []
+        for (id, entry) in sessions where !checking.contains(id) {
+            if let deadline = entry.authDeadline, now >= deadline {
+                authChecked.append(id)
+                if !entry.session.isAuthenticated.load(ordering: .relaxed) {
+                    due.append((entry.session, .authentication))
+                    continue
+                }
+            }
+            if entry.session.isIdle(at: relayNow) { due.append((entry.session, .idle)) }
+        }
+        for id in authChecked { sessions[id]?.authDeadline = nil }
+        for (session, _) in due { checking.insert(ObjectIdentifier(session)) }
+        return due
+    }
+
+    func checked(_ session: RelaySession) {
+        checking.remove(ObjectIdentifier(session))
+    }
+}
+
+/// Which deadline of a connection passed.
+enum SessionDeadline: Sendable {
+    case authentication
+    case idle
 }

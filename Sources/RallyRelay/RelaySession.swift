@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import RallyCrypto
 import RallyWire
+import Synchronization
 
 /// What the transport should do after the session handled something.
 enum SessionDisposition: Sendable, Equatable {
@@ -37,7 +38,12 @@ actor RelaySession {
     /// Topic proofs verified on this connection; publishes are the hot
     /// path, so a proof's signature is checked once per topic and key.
     private var verifiedProofs: Set<ProofKey> = []
-    private var lastActivity: Duration
+    /// When the client last sent something, on the relay's clock, in
+    /// nanoseconds: the relay's deadline sweeper reads it for every
+    /// connection without waiting for each actor.
+    nonisolated let lastActivityNanoseconds: Atomic<Int64>
+    /// Set once the client authenticated (read by the sweeper too).
+    nonisolated let isAuthenticated = Atomic<Bool>(false)
     private let send: Send
     private let acks: AsyncStream<WireServerFrame>
     private let ackContinuation: AsyncStream<WireServerFrame>.Continuation
@@ -46,13 +52,15 @@ actor RelaySession {
     private var subscriptions: [String: ActiveSubscription] = [:]
     private var nextGeneration: UInt64 = 1
     private var isClosed = false
+    /// A deadline ended the connection; the transport is closing it.
+    private var isEnding = false
     /// The SHUTTING_DOWN notice went out (once per connection).
     private var toldShuttingDown = false
 
     init(services: RelayServices, remoteIP: String = "local", send: @escaping Send) {
         self.services = services
         self.remoteIP = remoteIP
-        lastActivity = services.clock.monotonic
+        lastActivityNanoseconds = Atomic(services.clock.monotonic.nanoseconds)
         self.send = send
         var nonce = Data(count: 32)
         var generator = SystemRandomNumberGenerator()
@@ -87,40 +95,70 @@ actor RelaySession {
 
     /// One binary WebSocket message.
     func receive(_ bytes: Data) async -> SessionDisposition {
-        lastActivity = services.clock.monotonic
-        let frame: WireClientFrame
-        do {
-            frame = try FrameCodec.decodeClientFrame(bytes)
-        } catch {
-            switch error {
-            case .tooLarge: return await reply(RelayFailure(.frameTooLarge, error.description), to: 0)
-            case .empty, .malformed: return await reply(RelayFailure(.malformedFrame, error.description), to: 0)
-            }
+        switch Self.decode(bytes) {
+        case .success(let frame): return await receive(frame)
+        case .failure(let error): return await receiveUndecodable(error)
         }
+    }
+
+    /// A received message decoded (the transport decodes before it decides
+    /// where to handle it).
+    func receive(_ frame: WireClientFrame) async -> SessionDisposition {
+        noteActivity()
         return await handle(frame)
+    }
+
+    /// A received message that is not a frame.
+    func receiveUndecodable(_ error: FrameDecodingError) async -> SessionDisposition {
+        noteActivity()
+        switch error {
+        case .tooLarge: return await reply(RelayFailure(.frameTooLarge, error.description), to: 0)
+        case .empty, .malformed: return await reply(RelayFailure(.malformedFrame, error.description), to: 0)
+        }
+    }
+
+    nonisolated static func decode(_ bytes: Data) -> Result<WireClientFrame, FrameDecodingError> {
+        do throws(FrameDecodingError) {
+            return .success(try FrameCodec.decodeClientFrame(bytes))
+        } catch {
+            return .failure(error)
+        }
     }
 
     /// A message the protocol does not allow (a text message).
     func reject(_ failure: RelayFailure) async -> SessionDisposition {
-        lastActivity = services.clock.monotonic
+        noteActivity()
         return await reply(failure, to: 0)
     }
 
     /// Called by the transport now and then: closes a connection the client
     /// has sent nothing on for `idleTimeout` (by the relay's clock).
     func idleCheck() async -> SessionDisposition {
-        guard !isClosed, services.clock.monotonic - lastActivity >= services.limits.idleTimeout else {
-            return .keepOpen
-        }
+        guard !isClosed, !isEnding, isIdle(at: services.clock.monotonic) else { return .keepOpen }
         return await reply(RelayFailure(.idleTimeout, "the connection was idle for too long"), to: 0)
     }
 
-    /// When the connection becomes idle if nothing arrives.
-    var idleDeadline: Duration { lastActivity + services.limits.idleTimeout }
+    /// Whether the client has sent nothing for `idleTimeout` at `now` (the
+    /// relay's clock); callable from anywhere, without a hop.
+    nonisolated func isIdle(at now: Duration) -> Bool {
+        now.nanoseconds - lastActivityNanoseconds.load(ordering: .relaxed) >= services.limits.idleTimeout.nanoseconds
+    }
+
+    private func noteActivity() {
+        lastActivityNanoseconds.store(services.clock.monotonic.nanoseconds, ordering: .relaxed)
+    }
+
+    /// Ends the connection from outside the transport (a deadline): the
+    /// ack stream finishes, and with it the transport's ack pump, which
+    /// closes the WebSocket after what is queued was written.
+    func endConnection() {
+        isEnding = true
+        ackContinuation.finish()
+    }
 
     /// Called by the transport when the authentication deadline passes.
     func authTimeoutElapsed() async -> SessionDisposition {
-        guard inboxID == nil, !isClosed else { return .keepOpen }
+        guard inboxID == nil, !isClosed, !isEnding else { return .keepOpen }
         return await reply(RelayFailure(.authenticationTimeout, "no authentication within the time limit"), to: 0)
     }
 
@@ -180,6 +218,7 @@ actor RelaySession {
             throw RelayFailure(.invalidRequest, "this connection is already authenticated as another inbox")
         }
         inboxID = verified
+        isAuthenticated.store(true, ordering: .relaxed)
         var authenticated = WireAuthenticated()
         authenticated.inboxID = verified.rawValue
         try await emit(requestID) { $0.authenticated = authenticated }

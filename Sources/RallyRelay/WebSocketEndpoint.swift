@@ -31,7 +31,7 @@ enum WebSocketEndpoint {
         let session = RelaySession(services: services, remoteIP: remoteIP) { frame in
             try await outbound.write(.binary(ByteBuffer(bytes: FrameCodec.encode(frame))))
         }
-        await services.sessions.add(session)
+        await services.sessions.add(session, authDeadline: .now + services.limits.authTimeout)
         do {
             try await outbound.write(.binary(ByteBuffer(bytes: FrameCodec.encode(session.challengeFrame))))
         } catch {
@@ -41,34 +41,15 @@ enum WebSocketEndpoint {
 
         var failure: (any Error)?
         await withGracefulShutdownHandler {
-            // Each child returns true when the connection should end.
+            // Each child returns true when the connection should end. Two
+            // tasks per connection, no timer: the relay checks every
+            // connection's deadlines from one task (RelayServer.sweepLoop).
             await withTaskGroup(of: Result<Bool, any Error>.self) { group in
                 group.addTask {
+                    // The ack stream finishes when a deadline ended the
+                    // session (or the socket failed): end the connection.
                     await session.pumpAcks()
-                    return .success(false)
-                }
-                group.addTask {
-                    // One timer for both deadlines (a task per connection
-                    // fewer): the authentication deadline once, then the
-                    // idle check. The idle deadline is measured on the
-                    // relay's clock; this only decides how often to look.
-                    let interval = min(max(services.limits.idleTimeout / 4, .milliseconds(10)), .seconds(5))
-                    let clock = ContinuousClock()
-                    let authDeadline = clock.now + services.limits.authTimeout
-                    var authChecked = false
-                    while true {
-                        let wait = authChecked ? interval : min(interval, max(authDeadline - clock.now, .zero))
-                        do {
-                            try await Task.sleep(for: wait)
-                        } catch {
-                            return .success(false)
-                        }
-                        if !authChecked, clock.now >= authDeadline {
-                            authChecked = true
-                            if await session.authTimeoutElapsed() == .close { return .success(true) }
-                        }
-                        if await session.idleCheck() == .close { return .success(true) }
-                    }
+                    return .success(true)
                 }
                 group.addTask {
                     do {
@@ -109,7 +90,22 @@ enum WebSocketEndpoint {
             let disposition: SessionDisposition
             switch message {
             case .binary(let buffer):
-                disposition = await session.receive(Data(buffer.readableBytesView))
+                switch RelaySession.decode(Data(buffer.readableBytesView)) {
+                case .success(let frame):
+                    if case .publish = frame.body {
+                        disposition = await session.receive(frame)
+                    } else {
+                        // Everything but a publish (authenticate, subscribe,
+                        // ping…) is handled on a task of its own: a task
+                        // keeps the memory of its deepest call for as long
+                        // as it lives, and this loop lives as long as the
+                        // connection (ADR 0022). Publishes, the hot path,
+                        // stay here.
+                        disposition = await Task { await session.receive(frame) }.value
+                    }
+                case .failure(let error):
+                    disposition = await session.receiveUndecodable(error)
+                }
             case .text:
                 disposition = await session.reject(
                     RelayFailure(.malformedFrame, "frames are binary protobuf messages, not text"))

@@ -46,10 +46,26 @@ public actor RelayConnection: RelayLink {
     public var challengeNonce: Data? { challenge?.nonce }
 
     /// A topic proof for `topic` on this connection, or nil for an inbox.
+    /// What a proof signs is the same for every request on one connection
+    /// (origin, challenge, topic), so each topic and key is signed once.
     private func proof(_ access: TopicAccess?, topic: TopicName) -> WireTopicProof? {
         guard let access, let challenge else { return nil }
-        return access.connectionProof(origin: origin, challengeNonce: challenge.nonce, topic: topic.rawValue)
+        let key = SignedProofKey(topic: topic.rawValue, accessKey: access.publicKey)
+        if let signed = signedProofs[key] { return signed }
+        let proof = access.connectionProof(origin: origin, challengeNonce: challenge.nonce, topic: topic.rawValue)
+        if signedProofs.count >= Self.maxSignedProofs { signedProofs.removeAll(keepingCapacity: true) }
+        signedProofs[key] = proof
+        return proof
     }
+
+    private struct SignedProofKey: Hashable {
+        let topic: String
+        let accessKey: Data
+    }
+    /// Bounds the proofs kept per connection; a client writing to more
+    /// topics than this signs again, nothing more.
+    static let maxSignedProofs = 256
+    private var signedProofs: [SignedProofKey: WireTopicProof] = [:]
 
     /// Opens a connection, waits for the relay's challenge and, given an
     /// identity, authenticates as it.
