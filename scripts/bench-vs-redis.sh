@@ -248,9 +248,10 @@ declare -a pg1_rows=() pg3_rows=()
 if [ "$with_postgres" = 1 ]; then
   start_private_postgres || die "could not start PostgreSQL (use --no-postgres to leave it out)"
   note "PostgreSQL: private cluster at $PRIVATE_POSTGRES_URL"
-  rows=$(rally_run --postgres "$PRIVATE_POSTGRES_URL" --nodes 1)
+  # Plain text on loopback, as the figures before TLS (ADR 0023) were.
+  rows=$(rally_run --postgres "$PRIVATE_POSTGRES_URL?sslmode=disable" --nodes 1)
   mapfile -t pg1_rows <<<"$rows"
-  rows=$(rally_run --postgres "$PRIVATE_POSTGRES_URL" --nodes 3)
+  rows=$(rally_run --postgres "$PRIVATE_POSTGRES_URL?sslmode=disable" --nodes 3)
   mapfile -t pg3_rows <<<"$rows"
   stop_private_postgres
 fi

@@ -12,7 +12,7 @@
 # pages in a call through a real relay); postgresql (the relay store's
 # conformance suite and several relay nodes on one database: the script
 # starts a private cluster on a free loopback port for the run and removes
-# it afterwards).
+# it afterwards) and openssl (a CA and a certificate for that cluster's TLS).
 # As root they are installed with apt-get; otherwise the script names the
 # packages to install and stops before running anything.
 set -euo pipefail
@@ -29,6 +29,7 @@ case "$(uname -s)" in
     [ -x /usr/bin/chromedriver ] || missing+=(chromium-driver)
     /usr/bin/python3 -c 'import selenium' >/dev/null 2>&1 || missing+=(python3-selenium)
     ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
+    command -v openssl >/dev/null 2>&1 || missing+=(openssl)
     if [ ${#missing[@]} -gt 0 ]; then
       if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
         echo "scripts/test.sh: installing ${missing[*]}" >&2
@@ -63,6 +64,9 @@ start_private_postgres || {
 }
 trap stop_private_postgres EXIT
 export RALLY_TEST_POSTGRES_URL="$PRIVATE_POSTGRES_URL"
+export RALLY_TEST_POSTGRES_CA="$PRIVATE_POSTGRES_CA"
+export RALLY_TEST_POSTGRES_OTHER_CA="$PRIVATE_POSTGRES_OTHER_CA"
+export RALLY_TEST_POSTGRES_TLS_USER="$PRIVATE_POSTGRES_TLS_USER"
 
 # Everything the tests start carries this marker in its environment, so a
 # process a failed or crashed test left running is found and ended when the

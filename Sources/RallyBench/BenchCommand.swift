@@ -48,8 +48,11 @@ struct ChildRelayCommand: AsyncParsableCommand {
         limits.rooms.createBurstPerIP = 1_000_000
         var location: PostgresLocation?
         if let postgres {
-            guard let parsed = PostgresLocation(url: postgres) else { throw ValidationError("--postgres: not a URL") }
-            location = parsed
+            do {
+                location = try PostgresLocation.parse(postgres)
+            } catch {
+                throw ValidationError("--postgres: \(error.reason)")
+            }
         }
         let configuration = RelayConfiguration(
             host: "127.0.0.1", port: port, dataDirectory: URL(fileURLWithPath: data), limits: limits,

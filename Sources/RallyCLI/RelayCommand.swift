@@ -16,7 +16,7 @@ struct RelayCommand: AsyncParsableCommand {
     var data = "rally-data"
     @Option(
         help: ArgumentHelp(
-            "Keep envelopes, key bundles and push targets in this PostgreSQL, shared with other relay nodes (postgres://user:password@host:port/database; env RALLY_POSTGRES). Without it: SQLite in --data, no configuration.",
+            "Keep envelopes, key bundles and push targets in this PostgreSQL, shared with other relay nodes (postgres://user:password@host:port/database[?sslmode=…&sslrootcert=FILE], as libpq reads them; env RALLY_POSTGRES). Without it: SQLite in --data, no configuration.",
             valueName: "url"))
     var postgres: String?
     @Option(help: "Log level: trace, debug, info, notice, warning, error.") var logLevel = "info"
@@ -126,10 +126,13 @@ struct RelayCommand: AsyncParsableCommand {
         if let text = postgres
             ?? ProcessInfo.processInfo.environment["RALLY_POSTGRES"].flatMap({ $0.isEmpty ? nil : $0 })
         {
-            guard let location = PostgresLocation(url: text) else {
-                throw ValidationError("--postgres must be a URL such as postgres://rally:secret@db.example:5432/rally")
+            do {
+                postgresLocation = try PostgresLocation.parse(text)
+            } catch {
+                throw ValidationError(
+                    "--postgres: \(error.reason); expected a URL such as "
+                        + "postgres://rally:secret@db.example:5432/rally?sslmode=verify-full")
             }
-            postgresLocation = location
         }
         let configuration = RelayConfiguration(
             host: host, port: port, dataDirectory: URL(fileURLWithPath: data), limits: limits,

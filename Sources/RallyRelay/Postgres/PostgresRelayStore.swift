@@ -9,29 +9,6 @@ enum PostgresStoreError: Error {
     case noRow
 }
 
-/// Where a relay node finds its PostgreSQL, parsed from
-/// `postgres://user:password@host:port/database` (ADR 0021).
-public struct PostgresLocation: Sendable, Equatable {
-    public var host: String
-    public var port: Int
-    public var username: String
-    public var password: String?
-    public var database: String?
-
-    public init?(url text: String) {
-        guard let components = URLComponents(string: text),
-            ["postgres", "postgresql"].contains(components.scheme?.lowercased() ?? ""),
-            let host = components.host, !host.isEmpty, let username = components.user, !username.isEmpty
-        else { return nil }
-        self.host = host
-        self.port = components.port ?? 5432
-        self.username = username.removingPercentEncoding ?? username
-        self.password = components.password.map { $0.removingPercentEncoding ?? $0 }
-        let path = components.path.hasPrefix("/") ? String(components.path.dropFirst()) : components.path
-        self.database = path.isEmpty ? nil : path
-    }
-}
-
 /// The relay's store in PostgreSQL, shared by several relay nodes
 /// (ADR 0021). The same guarantees as the SQLite store, across nodes:
 /// appends to one topic serialize on a transaction-scoped advisory lock,
@@ -52,9 +29,10 @@ public final class PostgresRelayStore: RelayStore, PushTargetStore {
     private let runTask: Task<Void, Never>
 
     public init(location: PostgresLocation, logger: Logger, maxConnections: Int = 16) async throws {
+        try await Self.checkConnection(to: location, logger: logger)
         var configuration = PostgresClient.Configuration(
             host: location.host, port: location.port, username: location.username, password: location.password,
-            database: location.database, tls: .disable)
+            database: location.database, tls: try location.clientTLS())
         configuration.options.maximumConnections = max(2, maxConnections)
         let client = PostgresClient(configuration: configuration, backgroundLogger: logger)
         self.client = client
@@ -67,6 +45,25 @@ public final class PostgresRelayStore: RelayStore, PushTargetStore {
             runTask.cancel()
             throw error
         }
+    }
+
+    /// One connection before the pool: the pool retries a connection that
+    /// fails for as long as it is asked to, so a wrong password, TLS
+    /// setting or host would keep the node waiting without a word.
+    private static func checkConnection(to location: PostgresLocation, logger: Logger) async throws {
+        let connection: PostgresConnection
+        do {
+            connection = try await PostgresConnection.connect(
+                configuration: .init(
+                    host: location.host, port: location.port, username: location.username,
+                    password: location.password, database: location.database, tls: try location.connectionTLS()),
+                id: 0, logger: logger)
+        } catch let invalid as PostgresLocation.Invalid {
+            throw invalid
+        } catch {
+            throw PostgresUnreachable(location, error)
+        }
+        try? await connection.close()
     }
 
     /// Creates the tables once, whichever nodes start at the same time.
