@@ -42,7 +42,12 @@ public final class ScriptedRelay: Sendable {
             server: .http1WebSocketUpgrade(webSocketRouter: router),
             configuration: .init(address: .hostname("127.0.0.1", port: 0)),
             onServerRunning: { channel in await ready.set(channel.localAddress?.port ?? 0) },
-            logger: Logger(label: "rally.test.scripted"))
+            logger: {
+                // Its own shutdown is not news.
+                var logger = Logger(label: "rally.test.scripted")
+                logger.logLevel = .critical
+                return logger
+            }())
         let task = Task { try await app.runService() }
         let port = await ready.value()
         return ScriptedRelay(url: URL(string: "http://127.0.0.1:\(port)")!, task: task)
