@@ -216,13 +216,21 @@ struct RoomEndpointTests {
         #expect(b.peers == [.init(participant: a.participant, state: "joined")])
 
         try await bob.send(.signal(to: a.participant, data: "b2ZmZXI"))
-        let poll = try await Self.http(relay, "GET", path + "?after=0", headers: ["Rally-Room-Token": a.token])
-        #expect(poll.status == 200)
-        let frames = try String(decoding: poll.body, as: UTF8.self).split(separator: "\n").map {
-            try RoomFrameCodec.decodeServer(Data($0.utf8))
+        // Bob's send returns once written to his socket; the relay may not
+        // have queued it for Alice yet, so she long-polls until it comes
+        // (each poll waits for news; a lost signal fails by the time limit).
+        var frames: [RoomServerFrame] = []
+        var last = "0"
+        while !frames.contains(.signal(from: b.participant, data: "b2ZmZXI")) {
+            let poll = try await Self.http(
+                relay, "GET", path + "?after=\(last)", headers: ["Rally-Room-Token": a.token])
+            #expect(poll.status == 200)
+            guard poll.status == 200 else { return }
+            frames += try String(decoding: poll.body, as: UTF8.self).split(separator: "\n").map {
+                try RoomFrameCodec.decodeServer(Data($0.utf8))
+            }
+            last = try #require(poll.headers["rally-last-seq"])
         }
-        #expect(frames.contains(.signal(from: b.participant, data: "b2ZmZXI")))
-        let last = try #require(poll.headers["rally-last-seq"])
 
         let sent = try await Self.http(
             relay, "POST", path,
