@@ -21,6 +21,18 @@ struct InMemoryWorld {
             logger: TestLogger.quiet, transport: relay.transport(), clock: Self.clock)
     }
 
+    /// An owner with a group and a single-use invite, and a joiner whose
+    /// request is on its way.
+    func joinUnderWay() async throws -> (
+        owner: RallyClient, joiner: RallyClient, group: GroupRecord, attempt: JoinAttempt
+    ) {
+        let owner = try await user("owner")
+        let joiner = try await user("joiner")
+        let group = try await owner.createGroup(name: "Book club")
+        let invite = try await owner.createInvite(in: group.groupID, options: InviteOptions(singleUse: true))
+        return (owner, joiner, group, try await joiner.startJoin(invite.appLink))
+    }
+
     func members(_ client: RallyClient, _ groupID: String) async throws -> [String] {
         try await client.group(groupID).state.members.values.map { "\($0.identity.displayName):\($0.role)" }.sorted()
     }
@@ -49,12 +61,7 @@ struct ClientFlowTests {
     func joinThroughInvite() async throws {
         let world = InMemoryWorld()
         defer { world.homes.remove() }
-        let owner = try await world.user("owner")
-        let joiner = try await world.user("joiner")
-        let group = try await owner.createGroup(name: "Book club")
-        let invite = try await owner.createInvite(in: group.groupID, options: InviteOptions(singleUse: true))
-
-        let attempt = try await joiner.startJoin(invite.appLink)
+        let (owner, joiner, group, attempt) = try await world.joinUnderWay()
         #expect(attempt.phase == .joining)
         let reports = try await owner.processJoinRequests()
         #expect(reports.map(\.decision?.isAdmission) == [true])
@@ -73,11 +80,7 @@ struct ClientFlowTests {
     func admissionCutAfterItsCommitIsFinished() async throws {
         let world = InMemoryWorld()
         defer { world.homes.remove() }
-        let owner = try await world.user("owner")
-        let joiner = try await world.user("joiner")
-        let group = try await owner.createGroup(name: "Book club")
-        let invite = try await owner.createInvite(in: group.groupID, options: InviteOptions(singleUse: true))
-        let attempt = try await joiner.startJoin(invite.appLink)
+        let (owner, joiner, group, attempt) = try await world.joinUnderWay()
         let topic = try await owner.group(group.groupID).topic
         let entriesBefore = await world.relay.entries(of: topic).count
 

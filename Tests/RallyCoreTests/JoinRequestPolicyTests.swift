@@ -701,13 +701,23 @@ struct JoinRequestPolicyTests {
                 == Self.singleUseUsed)
     }
 
+    /// `admin` admits the default request and commits it: the admission
+    /// and the state after the commit, nil (recorded) if it did not admit.
+    static func committed(
+        by admin: Identity, in p: JoinPolicyWorld
+    ) throws -> (
+        JoinRequestDecision.Admission, GroupState
+    )? {
+        guard case .admit(let admission) = JoinRequestPolicy.decide(p.context(me: admin)) else {
+            Issue.record("expected an admission")
+            return nil
+        }
+        return (admission, try p.w.applying(Self.commit(admission), by: admin))
+    }
+
     @Test func anAdmissionCommittedButNeverAnsweredIsFinishedByTheAdminWhoCommittedIt() throws {
         let p = try JoinPolicyWorld()
-        guard case .admit(let admission) = JoinRequestPolicy.decide(p.context(me: p.w.admin2)) else {
-            Issue.record("expected an admission")
-            return
-        }
-        let state = try p.w.applying(Self.commit(admission), by: p.w.admin2)
+        guard let (admission, state) = try Self.committed(by: p.w.admin2, in: p) else { return }
         var finish = admission
         finish.committed = true
         // The admin whose commit it is, and who never recorded an answer:
@@ -724,11 +734,7 @@ struct JoinRequestPolicyTests {
 
     @Test func theSameRequestRacedByTwoAdminsEndsAsADuplicate() throws {
         let p = try JoinPolicyWorld()
-        guard case .admit(let admission) = JoinRequestPolicy.decide(p.context(me: p.w.admin)) else {
-            Issue.record("expected an admission")
-            return
-        }
-        let state = try p.w.applying(Self.commit(admission), by: p.w.admin)
+        guard let (_, state) = try Self.committed(by: p.w.admin, in: p) else { return }
         #expect(JoinRequestPolicy.decide(p.context(state: state, me: p.w.admin2)) == .duplicate)
     }
 }

@@ -36,21 +36,11 @@ public final class ScriptedRelay: Sendable {
                 }
             }
         }
-        let ready = PortBox()
-        let app = Application(
-            router: Router(context: BasicWebSocketRequestContext.self),
-            server: .http1WebSocketUpgrade(webSocketRouter: router),
-            configuration: .init(address: .hostname("127.0.0.1", port: 0)),
-            onServerRunning: { channel in await ready.set(channel.localAddress?.port ?? 0) },
-            logger: {
-                // Its own shutdown is not news.
-                var logger = Logger(label: "rally.test.scripted")
-                logger.logLevel = .critical
-                return logger
-            }())
-        let task = Task { try await app.runService() }
-        let port = await ready.value()
-        return ScriptedRelay(url: URL(string: "http://127.0.0.1:\(port)")!, task: task)
+        // Its own shutdown is not news.
+        var logger = Logger(label: "rally.test.scripted")
+        logger.logLevel = .critical
+        let (url, task) = await runLoopbackWebSocketServer(router, logger: logger)
+        return ScriptedRelay(url: url, task: task)
     }
 
     public func stop() async {

@@ -101,22 +101,30 @@ public final class WithholdingProxy: Sendable {
                 }
             }
         }
-        let ready = PortBox()
-        let app = Application(
-            router: Router(context: BasicWebSocketRequestContext.self),
-            server: .http1WebSocketUpgrade(webSocketRouter: router),
-            configuration: .init(address: .hostname("127.0.0.1", port: 0)),
-            onServerRunning: { channel in await ready.set(channel.localAddress?.port ?? 0) },
-            logger: logger)
-        let task = Task { try await app.runService() }
-        let port = await ready.value()
-        return WithholdingProxy(url: URL(string: "http://127.0.0.1:\(port)")!, filter: filter, task: task)
+        let (url, task) = await runLoopbackWebSocketServer(router, logger: logger)
+        return WithholdingProxy(url: url, filter: filter, task: task)
     }
 
     public func stop() async {
         task.cancel()
         _ = try? await task.value
     }
+}
+
+/// Runs a WebSocket-only server on a free loopback port until its task is
+/// cancelled; returns once it listens.
+func runLoopbackWebSocketServer(
+    _ router: Router<BasicWebSocketRequestContext>, logger: Logger
+) async -> (url: URL, task: Task<Void, any Error>) {
+    let ready = PortBox()
+    let app = Application(
+        router: Router(context: BasicWebSocketRequestContext.self),
+        server: .http1WebSocketUpgrade(webSocketRouter: router),
+        configuration: .init(address: .hostname("127.0.0.1", port: 0)),
+        onServerRunning: { channel in await ready.set(channel.localAddress?.port ?? 0) },
+        logger: logger)
+    let task = Task { try await app.runService() }
+    return (URL(string: "http://127.0.0.1:\(await ready.value())")!, task)
 }
 
 /// The port a test server bound, once it runs.

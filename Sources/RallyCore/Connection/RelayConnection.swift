@@ -182,9 +182,12 @@ public actor RelayConnection: RelayLink {
     ) async throws(RelayClientError)
         -> WireServerFrame
     {
-        let requestID = nextRequestID
-        nextRequestID += 1
-        return try await request(frame, id: requestID, timeout: timeout)
+        try await request(frame, id: newRequestID(), timeout: timeout)
+    }
+
+    private func newRequestID() -> UInt64 {
+        defer { nextRequestID += 1 }
+        return nextRequestID
     }
 
     private func request(
@@ -336,8 +339,7 @@ public actor RelayConnection: RelayLink {
         frame.subscribe.topic = topic.rawValue
         frame.subscribe.afterSeq = cursor
         if let proof = proof(access, topic: topic) { frame.subscribe.proof = proof }
-        let requestID = nextRequestID
-        nextRequestID += 1
+        let requestID = newRequestID()
         subscribeReplies[requestID] = continuation
         Task {
             do {

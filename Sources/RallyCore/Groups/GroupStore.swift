@@ -184,20 +184,13 @@ extension LocalStore {
     /// for the rare recovery of an admission whose answer never went out.
     func ownCommitAdmitting(
         group: String, requestID: Data
-    ) throws(LocalStoreError) -> (
-        commitID: Data, commit: OwnCommit
-    )? {
+    ) throws(LocalStoreError) -> (commitID: Data, snapshot: WireGroupSnapshot)? {
         try read { db in
             let records = try OwnCommitRecord.filter(Column("group_id") == group && Column("outcome") == "applied")
                 .order(Column("seq")).fetchAll(db)
             for record in records {
                 let snapshot = try WireGroupSnapshot(serializedBytes: record.snapshot)
-                guard snapshot.admittedJoinRequests.contains(requestID) else { continue }
-                return (
-                    record.commitID,
-                    OwnCommit(
-                        groupID: record.groupID, seq: UInt64(max(0, record.seq)), rejection: nil, snapshot: snapshot)
-                )
+                if snapshot.admittedJoinRequests.contains(requestID) { return (record.commitID, snapshot) }
             }
             return nil
         }

@@ -200,21 +200,30 @@ struct JoinRequestHandler: Sendable {
         let found = try? context.stored { () throws(LocalStoreError) in
             try context.store.ownCommitAdmitting(group: groupID, requestID: admission.requestID)
         }
-        guard let found, found.commit.snapshot.members.contains(where: { $0.identity.signingPublicKey == joinerKey })
+        guard let found, found.snapshot.members.contains(where: { $0.identity.signingPublicKey == joinerKey })
         else { return Answer(decision: .duplicate) }
         context.logger.info("finishing the admission of \(asked.sender.inboxID) to \(groupID): sending its welcome")
+        await welcome([(asked, admission)], admittedBy: found.commitID)
+        return Answer(decision: decision)
+    }
+
+    /// One round of welcomes for joiners one commit admitted. A failure is
+    /// logged: the admission stands either way.
+    private func welcome(
+        _ admitted: [(asked: JoinRequestPolicy.Asked, admission: JoinRequestDecision.Admission)],
+        admittedBy commit: Data?
+    ) async {
         do {
             try await desk.welcomes.send(
-                to: [
+                to: admitted.map { asked, admission in
                     GroupWelcomes.Newcomer(
                         identity: asked.sender,
                         invite: .init(tag: admission.tag, keys: asked.keys, requestID: asked.requestID))
-                ], groupID: groupID, admission: found.commitID)
+                }, groupID: groupID, admission: commit)
         } catch {
             context.logger.warning(
-                "admitted \(asked.sender.inboxID) to \(groupID) but could not send its welcome: \(error)")
+                "admitted \(admitted.count) joiners to \(groupID) but could not send their welcomes: \(error)")
         }
-        return Answer(decision: decision)
     }
 
     /// Admits a batch in one commit built on the latest state, deciding
@@ -304,19 +313,9 @@ struct JoinRequestHandler: Sendable {
             ]
         }
         // One round of welcomes for everyone the commit admitted.
-        let admitted = batch.indices.filter { overtaken[$0] == nil && !queued.contains($0) }
-        do {
-            try await desk.welcomes.send(
-                to: admitted.map { index in
-                    let (asked, admission) = batch[index]
-                    return GroupWelcomes.Newcomer(
-                        identity: asked.sender,
-                        invite: .init(tag: admission.tag, keys: asked.keys, requestID: asked.requestID))
-                }, groupID: groupID, admission: committed)
-        } catch {
-            context.logger.warning(
-                "admitted \(admitted.count) joiners to \(groupID) but could not send their welcomes: \(error)")
-        }
+        await welcome(
+            batch.indices.filter { overtaken[$0] == nil && !queued.contains($0) }.map { batch[$0] },
+            admittedBy: committed)
         // Then the approval notices, and the answers to requests the group
         // overtook, side by side.
         let overtakenAnswers = overtaken
