@@ -730,6 +730,14 @@ struct JoinRequestPolicyTests {
         // Someone else sending the admitted request's id is not the joiner.
         #expect(
             JoinRequestPolicy.decide(p.context(sender: p.w.joiner2, state: state, me: p.w.admin2)) == .duplicate)
+        // A joiner removed since replays the request: nothing to finish.
+        var removal = p.w.commit(GroupTest.remove(p.w.joiner.inboxID), by: p.w.owner, on: state)
+        try GroupTest.attachFreshKey(
+            to: &removal, for: state.sortedMembers.map(\.identity).filter { $0.inboxID != p.w.joiner.inboxID })
+        var removed = state
+        try W.require(removed.apply(removal, signedBy: p.w.owner))
+        #expect(removed.members[p.w.joiner.inboxID] == nil)
+        #expect(JoinRequestPolicy.decide(p.context(state: removed, me: p.w.admin2)) == .duplicate)
     }
 
     @Test func theSameRequestRacedByTwoAdminsEndsAsADuplicate() throws {
