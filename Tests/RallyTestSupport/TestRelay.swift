@@ -50,6 +50,7 @@ public struct TestRelay: Sendable {
 
 public enum TestLogger {
     public static var quiet: Logger {
+        PoolStallReporter.started
         var logger = Logger(label: "rally.test")
         logger.logLevel = .warning
         return logger
