@@ -57,7 +57,12 @@ struct GroupBench: AsyncParsableCommand {
             String(
                 format:
                     "  the same through the relay with real clients (fetch, open, verify, apply, persist each): %.1f ms (%.3f ms per commit)",
-                overRelay, overRelay / Double(catchUpCommits)))
+                overRelay.catchUp, overRelay.catchUp / Double(catchUpCommits)))
+        Output.write(
+            String(
+                format: "  then %d messages read by the same member in one sync: %.1f ms (%.3f ms per message)",
+                Self.messagesAfterHistory, overRelay.messages,
+                overRelay.messages / Double(Self.messagesAfterHistory)))
         Output.write("relay peak memory (VmHWM): \(relay.peakMemoryKiB().map { "\($0 / 1024) MiB" } ?? "unknown")")
     }
 
@@ -65,7 +70,7 @@ struct GroupBench: AsyncParsableCommand {
     /// a preference, in turn) while a member's client is away; then times
     /// the member's one sync that catches up through all of them, with
     /// real homes and the relay. The two must agree on the state.
-    private func relayCatchUp(commits: Int, relayURL: URL) async throws -> Double {
+    private func relayCatchUp(commits: Int, relayURL: URL) async throws -> (catchUp: Double, messages: Double) {
         var logger = Logger(label: "rally.bench")
         logger.logLevel = .error
         let root = FileManager.default.temporaryDirectory.appendingPathComponent("rally-bench-catch-up-\(UUID())")
@@ -97,10 +102,23 @@ struct GroupBench: AsyncParsableCommand {
         guard try await member.group(groupID).state == owner.group(groupID).state else {
             throw ValidationError("the member did not converge")
         }
+        // Messages after that history: each is read on a state whose
+        // snapshot holds every applied commit id.
+        for index in 0..<Self.messagesAfterHistory {
+            _ = try await owner.sendGroupText("message \(index)", to: groupID)
+        }
+        let messagesStart = clock.now
+        try await member.syncGroup(groupID)
+        let messages = Self.milliseconds(clock.now - messagesStart)
+        guard try await member.groupMessages(in: groupID).count >= Self.messagesAfterHistory else {
+            throw ValidationError("the member did not read every message")
+        }
         await owner.disconnect()
         await member.disconnect()
-        return elapsed
+        return (elapsed, messages)
     }
+
+    static let messagesAfterHistory = 200
 
     @Option(help: "Members of the group the lifecycle figures use.") var lifecycleMembers = 1000
     @Option(help: "Members one batch role change or removal names.") var batch = 100

@@ -276,6 +276,14 @@ struct LocalStoreTests {
         stale.lastControlSeq = 9
         #expect(try store.ingestGroupEntry(stale, seq: 7, epochKey: nil, message: nil) == false)
         #expect(try store.group(GroupTest.groupID) == next)
+
+        // An entry that left the group as it was (a message) moves the
+        // cursor without rewriting the group's row.
+        var unwritten = next
+        unwritten.lastControlSeq = 11
+        try store.ingestGroupEntry(unwritten, recordChanged: false, seq: 8, epochKey: nil, message: nil)
+        #expect(try store.group(GroupTest.groupID) == next)
+        #expect(try store.cursor(for: next.topic) == 8)
     }
 
     @Test func theOutcomeOfOwnCommitsIsRecordedWithTheStateAfterThem() throws {

@@ -155,7 +155,8 @@ struct GroupLog: Sendable {
         }
         try context.stored { () throws(LocalStoreError) in
             try store.ingestGroupEntry(
-                result.record, seq: envelope.seq, epochKey: result.newKey, message: message,
+                result.record, recordChanged: result.record != record, seq: envelope.seq, epochKey: result.newKey,
+                message: message,
                 inviteSeed: result.inviteSeed, ownCommit: ownCommit,
                 accessSecretChanged: result.record.accessSecret != record.accessSecret,
                 deletingMessagesOf: deletingMessagesOf, messageExpiresAt: result.messageExpiresAt,

@@ -250,10 +250,14 @@ extension LocalStore {
 
     /// Stores the outcome of one group log entry atomically: the new state,
     /// a new epoch key, a message, this identity's commit outcome and the
-    /// cursor.
+    /// cursor. `recordChanged` false (a message, a rejected entry) leaves
+    /// the stored group as it is: re-encoding and rewriting the snapshot,
+    /// which grows with the members and the history, for every message
+    /// was most of what reading a big group's messages cost.
     @discardableResult
     func ingestGroupEntry(
-        _ record: GroupRecord, seq: UInt64, epochKey: (UInt64, SymmetricKey)?, message: StoredMessage?,
+        _ record: GroupRecord, recordChanged: Bool = true, seq: UInt64, epochKey: (UInt64, SymmetricKey)?,
+        message: StoredMessage?,
         inviteSeed: SymmetricKey? = nil, ownCommit: (commitID: Data, rejection: String?)? = nil,
         accessSecretChanged: Bool = false, deletingMessagesOf senders: [InboxID] = [],
         messageExpiresAt: Date? = nil, deletion: GroupLogProcessor.MessageDeletionOrder? = nil
@@ -268,7 +272,7 @@ extension LocalStore {
             // Another process on this home got there first: its state is
             // at least as new as this one, which must not overwrite it.
             guard try CursorRecord.seq(of: record.topic, db) < seq else { return false }
-            try GroupInfoRecord.update(with: record, db)
+            if recordChanged { try GroupInfoRecord.update(with: record, db) }
             if let ownCommit {
                 try OwnCommitRecord(
                     commitID: ownCommit.commitID, groupID: record.groupID, seq: Int64(seq),
