@@ -11,9 +11,15 @@ import Testing
 /// Values that arrive from another task, and a way to wait for enough of
 /// them without sleeping.
 actor Arrivals<Value: Sendable> {
+    private struct Waiter {
+        let id: UInt64
+        let condition: @Sendable ([Value]) -> Bool
+        let continuation: CheckedContinuation<Void, Never>
+    }
+
     private(set) var values: [Value] = []
-    private var waiters: [(condition: @Sendable ([Value]) -> Bool, continuation: CheckedContinuation<Void, Never>)] =
-        []
+    private var waiters: [Waiter] = []
+    private var nextID: UInt64 = 0
 
     func append(_ value: Value) {
         values.append(value)
@@ -22,10 +28,27 @@ actor Arrivals<Value: Sendable> {
         for waiter in ready { waiter.continuation.resume() }
     }
 
-    /// Returns once `condition` holds of everything that arrived.
+    /// Returns once `condition` holds of everything that arrived, or once
+    /// the waiting task is cancelled (a suite's time limit), so a state
+    /// that never comes fails the test instead of hanging the whole run.
     func wait(until condition: @escaping @Sendable ([Value]) -> Bool) async {
         if condition(values) { return }
-        await withCheckedContinuation { waiters.append((condition, $0)) }
+        nextID += 1
+        let id = nextID
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { continuation in
+                // Cancelled before this ran: the handler found no waiter.
+                if Task.isCancelled { return continuation.resume() }
+                waiters.append(Waiter(id: id, condition: condition, continuation: continuation))
+            }
+        } onCancel: {
+            Task { await self.release(id) }
+        }
+    }
+
+    private func release(_ id: UInt64) {
+        guard let index = waiters.firstIndex(where: { $0.id == id }) else { return }
+        waiters.remove(at: index).continuation.resume()
     }
 }
 
