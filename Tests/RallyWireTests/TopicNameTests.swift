@@ -126,4 +126,55 @@ struct TopicNameTests {
         #expect(TopicNameError.malformed("x").description.contains("\"x\""))
         #expect(TopicNameError.invalidCharacter("X/y").description.contains("\"X/y\""))
     }
+
+    /// The rules as first written, on `String`'s characters: the byte scan
+    /// in `TopicName(validating:)` must answer every input as they do.
+    static func reference(_ raw: String) -> Result<Parsed, TopicNameError> {
+        guard !raw.isEmpty else { return .failure(.empty) }
+        guard raw.utf8.count <= WireLimits.maxTopicLength else { return .failure(.tooLong(raw.utf8.count)) }
+        let parts = raw.split(separator: "/", omittingEmptySubsequences: false)
+        guard parts.count == 2, !parts[0].isEmpty, !parts[1].isEmpty else { return .failure(.malformed(raw)) }
+        guard !parts.contains(where: { $0 == "." || $0 == ".." }) else { return .failure(.malformed(raw)) }
+        let allowed = Set("abcdefghijklmnopqrstuvwxyz0123456789-_/.".utf8)
+        guard raw.utf8.allSatisfy(allowed.contains) else { return .failure(.invalidCharacter(raw)) }
+        let id = String(parts[1])
+        switch parts[0] {
+        case "inbox": return .success(Parsed(kind: .inbox, id: id))
+        case "group": return .success(Parsed(kind: .group, id: id))
+        default: return .success(Parsed(kind: .other(String(parts[0])), id: id))
+        }
+    }
+
+    struct Parsed: Equatable {
+        let kind: TopicName.Kind
+        let id: String
+    }
+
+    @Test("random names, hostile ones among them, get the answer of the rules as first written")
+    func sameAnswersAsTheReference() {
+        var random = SeededGenerator(seed: 0x70_91C)
+        let alphabet: [String] = [
+            "a", "z", "0", "9", "-", "_", ".", "/", "/", "..", "A", " ", "é", "\u{301}", "\u{0}", "%", "inbox", "group",
+        ]
+        var inputs = ["/", "//", "./x", "x/.", "../x", "x/..", "x/.../", "/\u{301}x", "x/\u{301}", "é/x"]
+        inputs.append("x/" + String(repeating: "y", count: WireLimits.maxTopicLength - 1))
+        for _ in 0..<20_000 {
+            inputs.append(
+                (0..<Int.random(in: 0...8, using: &random)).map { _ in alphabet.randomElement(using: &random)! }
+                    .joined())
+        }
+        for raw in inputs {
+            let got = Result { () throws(TopicNameError) in try TopicName(validating: raw) }
+            switch (got, Self.reference(raw)) {
+            case (.success(let topic), .success(let parsed)):
+                #expect(
+                    Parsed(kind: topic.kind, id: topic.id) == parsed && topic.rawValue == raw, "\(raw.debugDescription)"
+                )
+            case (.failure(let error), .failure(let expected)):
+                #expect(error == expected, "\(raw.debugDescription)")
+            case (let got, let expected):
+                Issue.record("\(raw.debugDescription): \(got) instead of \(expected)")
+            }
+        }
+    }
 }
