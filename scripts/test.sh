@@ -98,8 +98,8 @@ limit=${RALLY_TEST_TIME_LIMIT:-1500}
 # over sixty (starting its relay took nine, authenticating ten), past its
 # suite's time limit, while the run as a whole took no less time. With the
 # bound a test's time is its own and a time limit catches hangs, not load.
-# (At 8 per core the test process still froze for 10-15 s now and then,
-# ADR 0022.) Toolchains without the setting ignore it.
+# Toolchains without the setting ignore it. (A test that computes for
+# seconds runs its work with offThePool, ADR 0024, or it stalls the rest.)
 cores=$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)
 export SWT_EXPERIMENTAL_MAXIMUM_PARALLELIZATION_WIDTH=${SWT_EXPERIMENTAL_MAXIMUM_PARALLELIZATION_WIDTH:-$((4 * cores))}
 # `node --test Tests/Browser/` (the browser call client's modules against

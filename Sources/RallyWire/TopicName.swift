@@ -23,33 +23,29 @@ public struct TopicName: Hashable, Sendable, CustomStringConvertible {
         guard !raw.isEmpty else { throw .empty }
         let bytes = raw.utf8
         guard bytes.count <= WireLimits.maxTopicLength else { throw .tooLong(bytes.count) }
-        // Every valid name is ASCII: one pass over its bytes finds the
-        // slash and checks the characters. (Splitting the String walks
-        // grapheme clusters, which the relay paid on every publish.) A name
-        // with other bytes takes the general path, so errors stay the same.
+        // Every valid name is made of allowed bytes, all ASCII: one pass
+        // over them finds the slash. (Splitting the String walks grapheme
+        // clusters, which the relay paid on every publish.) A name with any
+        // other byte is refused by the rules on its characters, as before,
+        // so its error stays the same.
         var slashes = 0
         var slash = bytes.startIndex
-        var ascii = true
-        var allowed = true
         for index in bytes.indices {
             let byte = bytes[index]
+            guard Self.isAllowed(byte) else {
+                try self.init(validatingGraphemes: raw)
+                return
+            }
             if byte == UInt8(ascii: "/") {
                 if slashes == 0 { slash = index }
                 slashes += 1
             }
-            if byte >= 0x80 { ascii = false }
-            if !Self.isAllowed(byte) { allowed = false }
-        }
-        guard ascii else {
-            try self.init(validatingGraphemes: raw)
-            return
         }
         let kindText = raw[..<slash]
         let id = slashes == 1 ? raw[raw.utf8.index(after: slash)...] : ""
         guard slashes == 1, !kindText.isEmpty, !id.isEmpty else { throw .malformed(raw) }
         // Dot segments would be rewritten by URL handling on the HTTP path.
         guard kindText != ".", kindText != "..", id != ".", id != ".." else { throw .malformed(raw) }
-        guard allowed else { throw .invalidCharacter(raw) }
         self.init(rawValue: raw, kindText: kindText, id: String(id))
     }
 
@@ -63,8 +59,8 @@ public struct TopicName: Hashable, Sendable, CustomStringConvertible {
         }
     }
 
-    /// The checks on `String`'s own characters, for names that are not
-    /// ASCII (every one of which is refused).
+    /// The rules on `String`'s own characters, for names with a byte that
+    /// is not allowed (every one of which is refused).
     private init(validatingGraphemes raw: String) throws(TopicNameError) {
         let parts = raw.split(separator: "/", omittingEmptySubsequences: false)
         guard parts.count == 2, !parts[0].isEmpty, !parts[1].isEmpty else { throw .malformed(raw) }

@@ -9,7 +9,7 @@ import Dispatch
 /// the whole time; two such tests at once hold both, and every other task
 /// of the test process, in-process relays included, stops until one of
 /// them finishes. Stack dumps of such stalls showed exactly that (ADR
-/// 0022, "The freeze"). Since `body` stays in the same task, `#expect` and
+/// 0024). Since `body` stays in the same task, `#expect` and
 /// `#require` inside it are reported for the calling test as usual.
 public func offThePool<T, Failure: Error>(
     _ body: () async throws(Failure) -> T

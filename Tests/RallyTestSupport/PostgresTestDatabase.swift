@@ -15,13 +15,13 @@ public struct PostgresTestDatabase: Sendable {
 
     public let name: String
     public let url: String
-    public var location: PostgresLocation { PostgresLocation(url: url)! }
+    public var location: PostgresLocation { try! PostgresLocation.parse(url) }
 
     public struct Unavailable: Error {}
 
     /// Creates an empty database with a fresh name.
     public static func create() async throws -> PostgresTestDatabase {
-        guard let serverURL, let server = PostgresLocation(url: serverURL) else { throw Unavailable() }
+        guard let serverURL, let server = try? PostgresLocation.parse(serverURL) else { throw Unavailable() }
         let name = "rally_" + UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "")
         try await admin(server) { connection in
             try await connection.query(PostgresQuery(unsafeSQL: "CREATE DATABASE \(name)"), logger: Self.logger)
@@ -33,7 +33,7 @@ public struct PostgresTestDatabase: Sendable {
 
     /// Drops the database, closing what is still connected to it.
     public func drop() async {
-        guard let serverURL = Self.serverURL, let server = PostgresLocation(url: serverURL) else { return }
+        guard let serverURL = Self.serverURL, let server = try? PostgresLocation.parse(serverURL) else { return }
         try? await Self.admin(server) { connection in
             try await connection.query(
                 PostgresQuery(unsafeSQL: "DROP DATABASE IF EXISTS \(name) WITH (FORCE)"), logger: Self.logger)

@@ -43,11 +43,6 @@ public struct PostgresLocation: Sendable, Equatable {
     /// misspelt `sslmode` cannot silently turn TLS off.
     public static let parameters = ["sslmode", "sslrootcert"]
 
-    public init?(url text: String) {
-        guard let parsed = try? Self.parse(text) else { return nil }
-        self = parsed
-    }
-
     private init(host: String, port: Int, username: String) {
         self.host = host
         self.port = port
