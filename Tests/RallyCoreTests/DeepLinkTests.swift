@@ -399,11 +399,13 @@ struct DeepLinkRouterTests {
         }
     }
 
-    @Test func randomBytesOnlyEverParseOrFailWithADeepLinkError() {
-        var random = SeededGenerator(seed: 0xDEE9_11CC)
-        for _ in 0..<4000 {
-            let count = Int.random(in: 0..<300, using: &random)
-            _ = Self.check(String(decoding: random.bytes(count), as: UTF8.self))
+    @Test func randomBytesOnlyEverParseOrFailWithADeepLinkError() async {
+        await offThePool {
+            var random = SeededGenerator(seed: 0xDEE9_11CC)
+            for _ in 0..<4000 {
+                let count = Int.random(in: 0..<300, using: &random)
+                _ = Self.check(String(decoding: random.bytes(count), as: UTF8.self))
+            }
         }
     }
 
