@@ -544,9 +544,11 @@ final class HTTPExchange: NSObject, URLSessionDataDelegate, @unchecked Sendable 
     // OS versions without it. Guards everything below.
     private let lock = NSLock()
     private var session: URLSession?
-    private var pending: [Int: Pending] = [:]
+    // Keyed by the task itself: task identifiers count per session, and a
+    // link replaces its session after an answer it abandoned.
+    private var pending: [ObjectIdentifier: Pending] = [:]
     /// Requests failed before they were started.
-    private var failedEarly: [Int: RelayClientError] = [:]
+    private var failedEarly: [ObjectIdentifier: RelayClientError] = [:]
     private var closed: RelayClientError?
 
     init(maxConnectionsPerHost: Int) {
@@ -569,7 +571,7 @@ final class HTTPExchange: NSObject, URLSessionDataDelegate, @unchecked Sendable 
         // Tasks are made under the lock, so none is made once the session
         // is invalidated.
         let task = try makeTask(request).get()
-        let id = task.taskIdentifier
+        let id = ObjectIdentifier(task)
         let timer = Task { [weak self] in
             do {
                 try await Task.sleep(for: deadline)
@@ -597,7 +599,7 @@ final class HTTPExchange: NSObject, URLSessionDataDelegate, @unchecked Sendable 
     }
 
     private func start(
-        _ id: Int, _ task: URLSessionDataTask,
+        _ id: ObjectIdentifier, _ task: URLSessionDataTask,
         _ continuation: CheckedContinuation<Result<HTTPRelayReply, RelayClientError>, Never>, limit: Int, url: URL
     ) {
         lock.lock()
@@ -616,10 +618,10 @@ final class HTTPExchange: NSObject, URLSessionDataDelegate, @unchecked Sendable 
     /// not started yet fails as it starts.
     private func fail(_ task: URLSessionDataTask, _ error: RelayClientError) {
         lock.lock()
-        guard let request = pending.removeValue(forKey: task.taskIdentifier) else {
+        guard let request = pending.removeValue(forKey: ObjectIdentifier(task)) else {
             // Registered before it is resumed: a suspended task has not
             // started; any other has finished.
-            if task.state == .suspended { failedEarly[task.taskIdentifier] = error }
+            if task.state == .suspended { failedEarly[ObjectIdentifier(task)] = error }
             lock.unlock()
             return
         }
@@ -650,30 +652,30 @@ final class HTTPExchange: NSObject, URLSessionDataDelegate, @unchecked Sendable 
         completionHandler: @escaping @Sendable (URLSession.ResponseDisposition) -> Void
     ) {
         let tooLarge = lock.withLock { () -> Bool in
-            guard let limit = pending[dataTask.taskIdentifier]?.limit else { return false }
+            guard let limit = pending[ObjectIdentifier(dataTask)]?.limit else { return false }
             guard response.expectedContentLength > Int64(limit) else { return false }
-            pending[dataTask.taskIdentifier]?.oversized = true
+            pending[ObjectIdentifier(dataTask)]?.oversized = true
             return true
         }
         // An announced body over the limit is not read: the status and
         // headers are what the caller gets.
-        if tooLarge { finish(dataTask, error: nil) }
+        if tooLarge { abandon(dataTask, of: session) }
         completionHandler(tooLarge ? .cancel : .allow)
     }
 
     func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive data: Data) {
         let tooLarge = lock.withLock { () -> Bool in
-            guard var request = pending[dataTask.taskIdentifier], !request.oversized else { return false }
+            guard var request = pending[ObjectIdentifier(dataTask)], !request.oversized else { return false }
             if request.body.count + data.count > request.limit {
                 request.oversized = true
                 request.body = Data()
             } else {
                 request.body.append(data)
             }
-            pending[dataTask.taskIdentifier] = request
+            pending[ObjectIdentifier(dataTask)] = request
             return request.oversized
         }
-        if tooLarge { finish(dataTask, error: nil) }
+        if tooLarge { abandon(dataTask, of: session) }
     }
 
     func urlSession(
@@ -688,10 +690,28 @@ final class HTTPExchange: NSObject, URLSessionDataDelegate, @unchecked Sendable 
         finish(task, error: error)
     }
 
+    /// Answers an oversized request and stops reading it. Its connection
+    /// still holds the rest of the answer, and Linux's URLSession was seen
+    /// to send a later request on that connection, where it waited behind
+    /// a body nobody reads: the session is replaced, so no request of this
+    /// link uses a connection of the old one (which finishes what it has
+    /// and goes). Only a broken or hostile relay sends such answers.
+    private func abandon(_ task: URLSessionDataTask, of old: URLSession) {
+        finish(task, error: nil)
+        lock.lock()
+        guard closed == nil, session === old else {
+            lock.unlock()
+            return
+        }
+        session = URLSession(configuration: old.configuration, delegate: self, delegateQueue: nil)
+        lock.unlock()
+        old.finishTasksAndInvalidate()
+    }
+
     /// Answers a request with what its task brought, once.
     private func finish(_ task: URLSessionTask, error: (any Error)?) {
         lock.lock()
-        guard let request = pending.removeValue(forKey: task.taskIdentifier) else {
+        guard let request = pending.removeValue(forKey: ObjectIdentifier(task)) else {
             lock.unlock()
             return
         }
