@@ -307,5 +307,64 @@ struct LocalStoreTests {
         #expect(second.seq == 2)
         #expect(second.rejection == GroupRejection.forkedHistory.description)
         #expect(try store.ownCommit(MessageSealing.newMessageID()) == nil)
+
+        // A rejected commit that left the group as it was still keeps the
+        // state it was rejected in.
+        let unchanged = MessageSealing.newMessageID()
+        try store.ingestGroupEntry(
+            record, recordChanged: false, seq: 3, epochKey: nil, message: nil,
+            ownCommit: (unchanged, GroupRejection.forkedHistory.description))
+        #expect(try store.ownCommit(unchanged)?.snapshot == record.state.snapshot)
+    }
+
+    @Test func aGroupAnotherProcessWroteIsReadAsWrittenNotAsDecodedBefore() throws {
+        let temp = TemporaryHome()
+        defer { temp.remove() }
+        let (owner, record) = try createdGroup()
+        let mine = try temp.openStore()
+        try mine.saveNewGroup(record, epochKey: nil, cursor: 0, now: Fixtures.created)
+        #expect(try mine.group(GroupTest.groupID) == record)
+        #expect(mine.groupStates.count == 1)
+
+        var next = record
+        _ = try next.state.apply(
+            GroupTest.commit(GroupTest.updateProfile("Climbers"), by: owner, on: next.state), signedBy: owner)
+        // Another process on the same home (an app extension, `rally watch`).
+        let other = try temp.openStore()
+        try other.ingestGroupEntry(next, seq: 1, epochKey: nil, message: nil)
+
+        #expect(try mine.group(GroupTest.groupID) == next)
+        #expect(try mine.groups() == [next])
+        #expect(try mine.findGroup("Climbers").map(\.groupID) == [GroupTest.groupID])
+        #expect(try mine.findGroup(String(GroupTest.groupID.prefix(6))).map(\.groupID) == [GroupTest.groupID])
+    }
+
+    @Test func moreGroupsThanTheDecodedStatesKeptAreEachReadAsStored() throws {
+        let temp = TemporaryHome()
+        defer { temp.remove() }
+        let store = try temp.openStore()
+        let count = GroupStateCache.capacity + 3
+        var stored: [GroupRecord] = []
+        for index in 0..<count {
+            let owner = GroupTest.identity("Owner \(index)")
+            let groupID = String(format: "%032x", index + 1)
+            var state = GroupState(groupID: groupID)
+            _ = try state.apply(
+                GroupTest.commit(GroupTest.create("Group \(index)"), by: owner, on: state), signedBy: owner)
+            let record = GroupRecord(
+                groupID: groupID, topicID: String(format: "%064x", index + 1), state: state,
+                status: index % 3 == 0 ? .left : .active,
+                accessSecret: Data(repeating: UInt8(index), count: 32), epochLink: Data())
+            try store.saveNewGroup(
+                record, epochKey: nil, cursor: 0, now: Fixtures.created.addingTimeInterval(Double(index)))
+            stored.append(record)
+        }
+        for _ in 0..<2 {
+            for record in stored.reversed() { #expect(try store.group(record.groupID) == record) }
+            #expect(try store.groups() == stored)
+        }
+        #expect(store.groupStates.count <= GroupStateCache.capacity)
+        #expect(try store.groupIDs(status: .active) == stored.filter { $0.status == .active }.map(\.groupID))
+        #expect(try store.groupIDs(status: .left) == stored.filter { $0.status == .left }.map(\.groupID))
     }
 }

@@ -27,6 +27,12 @@ struct GroupLog: Sendable {
         try context.stored { () throws(LocalStoreError) in try context.store.groups() }
     }
 
+    /// The ids of the groups this member is in, without decoding their
+    /// states (the watch loop asks after every message).
+    func activeGroupIDs() throws(RallyClientError) -> [String] {
+        try context.stored { () throws(LocalStoreError) in try context.store.groupIDs(status: .active) }
+    }
+
     /// Resolves a group by id, id prefix or name.
     func group(_ reference: String) throws(RallyClientError) -> GroupRecord {
         let matches = try context.stored { () throws(LocalStoreError) in try context.store.findGroup(reference) }

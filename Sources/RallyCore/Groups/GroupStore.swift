@@ -27,6 +27,7 @@ struct GroupInfoRecord: Codable, FetchableRecord, PersistableRecord {
         static let groupID = Column(CodingKeys.groupID)
         static let createdAtMs = Column(CodingKeys.createdAtMs)
         static let divergence = Column(CodingKeys.divergence)
+        static let status = Column(CodingKeys.status)
     }
 
     static func createTable(_ db: Database) throws {
@@ -61,21 +62,23 @@ struct GroupInfoRecord: Codable, FetchableRecord, PersistableRecord {
     }
 
     /// The domain record, without its access secret (read from the secret
-    /// store by the caller).
-    func groupRecord() throws -> GroupRecord {
+    /// store by the caller). `states` spares decoding a snapshot it decoded
+    /// before.
+    func groupRecord(states: GroupStateCache) throws -> GroupRecord {
         GroupRecord(
-            groupID: groupID, topicID: topicID,
-            state: try GroupState(snapshot: WireGroupSnapshot(serializedBytes: snapshot)),
+            groupID: groupID, topicID: topicID, state: try states.state(groupID: groupID, snapshot: snapshot),
             status: GroupRecord.Status(rawValue: status) ?? .active, epochLink: epochLink,
             lastControlSeq: UInt64(max(0, lastControlSeq)), divergence: divergence)
     }
 
     /// Writes a group's new state and place in the log: one UPDATE, with
     /// no read of the old snapshot (this runs for every entry of the log).
-    static func update(with record: GroupRecord, _ db: Database) throws {
+    /// `snapshot` is `record.state.snapshot` encoded, which the caller may
+    /// need as well.
+    static func update(with record: GroupRecord, snapshot: Data, _ db: Database) throws {
         try filter(key: record.groupID).updateAll(
             db,
-            Column(CodingKeys.snapshot).set(to: FrameCodec.encode(record.state.snapshot)),
+            Column(CodingKeys.snapshot).set(to: snapshot),
             Column(CodingKeys.status).set(to: record.status.rawValue),
             Column(CodingKeys.epochLink).set(to: record.epochLink),
             Column(CodingKeys.lastControlSeq).set(to: Int64(record.lastControlSeq)),
@@ -210,8 +213,16 @@ extension LocalStore {
     }
 
     func group(_ groupID: String) throws(LocalStoreError) -> GroupRecord? {
-        let record = try read { db in try GroupInfoRecord.fetchOne(db, key: groupID)?.groupRecord() }
-        return try record.map(withAccessSecret)
+        let record = try read { db in try GroupInfoRecord.fetchOne(db, key: groupID) }
+        return try record.map(decoded).map(withAccessSecret)
+    }
+
+    private func decoded(_ record: GroupInfoRecord) throws(LocalStoreError) -> GroupRecord {
+        do {
+            return try record.groupRecord(states: groupStates)
+        } catch {
+            throw .failed("\(error)")
+        }
     }
 
     /// The topic access secret lives in the secret store, like every key.
@@ -227,6 +238,8 @@ extension LocalStore {
 
     /// Finds a group by id or by an unambiguous prefix of it, or by name.
     func findGroup(_ reference: String) throws(LocalStoreError) -> [GroupRecord] {
+        // By its id, the common case, without decoding every group.
+        if let exact = try group(reference) { return [exact] }
         let all = try groups()
         if let exact = all.first(where: { $0.groupID == reference }) { return [exact] }
         let byPrefix = all.filter { $0.groupID.hasPrefix(reference.lowercased()) }
@@ -237,11 +250,23 @@ extension LocalStore {
     func groups() throws(LocalStoreError) -> [GroupRecord] {
         let records = try read { db in
             try GroupInfoRecord.order(GroupInfoRecord.Columns.createdAtMs, GroupInfoRecord.Columns.groupID)
-                .fetchAll(db).map { try $0.groupRecord() }
+                .fetchAll(db)
         }
         var filled: [GroupRecord] = []
-        for record in records { filled.append(try withAccessSecret(record)) }
+        for record in records { filled.append(try withAccessSecret(decoded(record))) }
         return filled
+    }
+
+    /// The ids of the groups with `status`, oldest first, read without
+    /// decoding any group's state.
+    func groupIDs(status: GroupRecord.Status) throws(LocalStoreError) -> [String] {
+        try read { db in
+            try String.fetchAll(
+                db,
+                GroupInfoRecord.select(GroupInfoRecord.Columns.groupID)
+                    .filter(GroupInfoRecord.Columns.status == status.rawValue)
+                    .order(GroupInfoRecord.Columns.createdAtMs, GroupInfoRecord.Columns.groupID))
+        }
     }
 
     func epochKey(group: String, epoch: UInt64) throws(LocalStoreError) -> SymmetricKey? {
@@ -272,11 +297,14 @@ extension LocalStore {
             // Another process on this home got there first: its state is
             // at least as new as this one, which must not overwrite it.
             guard try CursorRecord.seq(of: record.topic, db) < seq else { return false }
-            if recordChanged { try GroupInfoRecord.update(with: record, db) }
+            // Encoded once: the snapshot grows with the group's members and
+            // history, and both records below keep it.
+            let snapshot = recordChanged || ownCommit != nil ? FrameCodec.encode(record.state.snapshot) : Data()
+            if recordChanged { try GroupInfoRecord.update(with: record, snapshot: snapshot, db) }
             if let ownCommit {
                 try OwnCommitRecord(
                     commitID: ownCommit.commitID, groupID: record.groupID, seq: Int64(seq),
-                    outcome: ownCommit.rejection ?? "applied", snapshot: FrameCodec.encode(record.state.snapshot)
+                    outcome: ownCommit.rejection ?? "applied", snapshot: snapshot
                 ).insert(db, onConflict: .ignore)
             }
             if let (epoch, _) = epochKey { try EpochKeyRecord.note(epoch: epoch, group: record.groupID, db) }

@@ -37,6 +37,9 @@ final class LocalStore: Sendable {
     /// Where the identity's private keys, epoch keys and invite seeds are
     /// kept: by default a table of this owner-only database.
     let secrets: any SecretStore
+    /// Group states decoded from this database, reused while their stored
+    /// bytes stay the same.
+    let groupStates = GroupStateCache()
 
     /// Opens (creating if needed) the store in `home`. Secret keys go to
     /// `secrets`, or, without one, to the home's owner-only database.

@@ -75,20 +75,19 @@ struct WatchService: Sendable {
             var inviteInboxes: Set<String> = []
             signal.yield()
             for await _ in changes {
-                let active: [GroupRecord]
+                let active: [String]
                 let seeds: [(groupID: String, seed: SymmetricKey)]
                 do throws(RallyClientError) {
-                    active = try log.groups().filter { $0.status == .active }
+                    active = try log.activeGroupIDs()
                     seeds = try desk.inviteSeeds()
                 } catch {
                     await failure.record(error)
                     break
                 }
                 var changed = false
-                for record in active where !groups.contains(record.groupID) {
-                    groups.insert(record.groupID)
+                for groupID in active where !groups.contains(groupID) {
+                    groups.insert(groupID)
                     changed = true
-                    let groupID = record.groupID
                     tasks.addTask {
                         await guarded { () throws(RallyClientError) in
                             try await log.follow(groupID, untilCaughtUp: false) { event in
