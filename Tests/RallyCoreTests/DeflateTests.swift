@@ -24,10 +24,20 @@ struct FormatCase: Sendable, CustomTestStringConvertible {
 struct DeflateTests {
     @Test("round trip", arguments: FormatCase.all, [Data(), Data("a".utf8), Samples.text, Samples.random])
     func roundTrip(_ format: FormatCase, input: Data) throws {
-        let packed = Deflate.compress(input, format: format.format)
-        #expect(!packed.isEmpty)
-        let unpacked = try Deflate.decompress(packed, format: format.format, limit: Samples.mebibyte)
-        #expect(unpacked == input)
+        for effort in [Deflate.Effort.smallest, .fastest] {
+            let packed = Deflate.compress(input, format: format.format, effort: effort)
+            #expect(!packed.isEmpty)
+            let unpacked = try Deflate.decompress(packed, format: format.format, limit: Samples.mebibyte)
+            #expect(unpacked == input)
+        }
+    }
+
+    @Test func theSmallestEffortIsTheDefaultAndNoLargerThanTheFastest() {
+        // Invite slugs (which a QR code must hold) use the default.
+        let mixed = Samples.text.prefix(20_000) + Samples.random.prefix(20_000) + Samples.text.prefix(20_000)
+        let smallest = Deflate.compress(mixed, effort: .smallest)
+        #expect(Deflate.compress(mixed) == smallest)
+        #expect(smallest.count < Deflate.compress(mixed, effort: .fastest).count)
     }
 
     @Test func repetitiveTextShrinks() {

@@ -33,10 +33,26 @@ public enum Deflate {
     /// time, so memory stays within the limit plus one chunk.
     static let chunkSize = 16 * 1024
 
-    public static func compress(_ input: Data, format: Format = .raw) -> Data {
+    /// How hard `compress` tries: the same stream format either way.
+    public enum Effort: Sendable {
+        /// zlib's level 9: for bytes whose size matters most (an invite
+        /// slug, which a QR code must hold).
+        case smallest
+        /// zlib's level 1: for message content, which may be large (a
+        /// welcome carries a whole group's state, sealed once per
+        /// newcomer) and is mostly keys and text, where level 9 gains
+        /// little for about three times the CPU.
+        case fastest
+
+        var level: ZlibConfiguration.CompressionLevel {
+            self == .smallest ? .bestCompression : .fastestCompression
+        }
+    }
+
+    public static func compress(_ input: Data, format: Format = .raw, effort: Effort = .smallest) -> Data {
         do {
             let deflater = try ZlibCompressor(
-                algorithm: format.algorithm, configuration: ZlibConfiguration(compressionLevel: .bestCompression))
+                algorithm: format.algorithm, configuration: ZlibConfiguration(compressionLevel: effort.level))
             var source = ByteBuffer(bytes: input)
             // deflateBound's room: one call with `.finish` writes the whole stream.
             var packed = ByteBuffer()
@@ -129,7 +145,7 @@ public enum ContentCompression {
     /// Compresses content bytes with DEFLATE when that makes them smaller.
     public static func compressedIfUseful(_ content: WireEncodedContent) -> WireEncodedContent {
         guard !content.hasCompression, content.content.count >= threshold else { return content }
-        let packed = Deflate.compress(content.content, format: .raw)
+        let packed = Deflate.compress(content.content, format: .raw, effort: .fastest)
         guard !packed.isEmpty, packed.count < content.content.count else { return content }
         var result = content
         result.content = packed

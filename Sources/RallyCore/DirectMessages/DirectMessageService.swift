@@ -32,23 +32,17 @@ struct DirectMessageService: Sendable {
         let now = context.clock.now()
         var queued: [(message: StoredMessage?, item: OutboxRecord)] = []
         var stored: [StoredMessage] = []
-        for (value, recipient, messageID) in messages {
-            let (sealed, body) = try seal(value, codec: codec, to: recipient, messageID: messageID, at: now)
-            let content = body.content
-            let topic = try! TopicName.inbox(recipient.inboxID.rawValue)
-            let decoded = context.codecs.decode(content)
-            let message = StoredMessage(
-                id: body.messageID.hexString, conversation: recipient.inboxID.rawValue, outgoing: true,
-                sender: context.identity.inboxID, senderName: context.identity.displayName, sentAt: now,
-                receivedAt: now, topic: topic.rawValue, seq: nil, contentType: decoded.contentType.description,
-                encodedContent: FrameCodec.encode(content), displayText: decoded.displayText,
-                isKnownType: decoded.isKnown)
-            // Queued with the message in one transaction, then sent with
-            // everything queued before it: a message typed while the relay
-            // is out of reach waits in the home, not in memory.
-            let item = OutboxRecord(
-                messageID: message.id, topic: topic.rawValue, payload: sealed, idempotencyKey: body.messageID,
-                shouldPush: content.shouldPush, queuedAtMs: ClientClock.millis(now), attempts: 0)
+        // Sealing is the CPU-bound part: a round of welcomes to a large
+        // group seals the group's whole state once per newcomer, so a
+        // batch is prepared on every core.
+        let prepared = await Array(messages.indices).mapOnEveryCore { index in
+            let (value, recipient, messageID) = messages[index]
+            return Result { () throws(RallyClientError) in
+                try prepare(value, codec: codec, to: recipient, messageID: messageID, at: now)
+            }
+        }
+        for result in prepared {
+            let (message, item) = try result.get()
             queued.append((keepCopy ? message : nil, item))
             stored.append(message)
         }
@@ -72,6 +66,29 @@ struct DirectMessageService: Sendable {
             }
         }
         return sent
+    }
+
+    /// One message sealed, as this home keeps it and as the outbox sends it.
+    private func prepare<C: ContentCodec>(
+        _ value: C.Value, codec: C, to recipient: PublicIdentity, messageID: Data?, at now: Date
+    ) throws(RallyClientError) -> (message: StoredMessage, item: OutboxRecord) {
+        let (sealed, body) = try seal(value, codec: codec, to: recipient, messageID: messageID, at: now)
+        let content = body.content
+        let topic = try! TopicName.inbox(recipient.inboxID.rawValue)
+        let decoded = context.codecs.decode(content)
+        let message = StoredMessage(
+            id: body.messageID.hexString, conversation: recipient.inboxID.rawValue, outgoing: true,
+            sender: context.identity.inboxID, senderName: context.identity.displayName, sentAt: now,
+            receivedAt: now, topic: topic.rawValue, seq: nil, contentType: decoded.contentType.description,
+            encodedContent: FrameCodec.encode(content), displayText: decoded.displayText,
+            isKnownType: decoded.isKnown)
+        // Queued with the message in one transaction, then sent with
+        // everything queued before it: a message typed while the relay
+        // is out of reach waits in the home, not in memory.
+        let item = OutboxRecord(
+            messageID: message.id, topic: topic.rawValue, payload: sealed, idempotencyKey: body.messageID,
+            shouldPush: content.shouldPush, queuedAtMs: ClientClock.millis(now), attempts: 0)
+        return (message, item)
     }
 
     /// A message signed by this identity and sealed to `recipient`: what

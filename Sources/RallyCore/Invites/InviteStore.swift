@@ -162,30 +162,48 @@ extension LocalStore {
 
     // MARK: Join requests (admins)
 
-    func joinRequestSeen(_ requestID: String) throws(LocalStoreError) -> Bool {
-        try read { db in try JoinRequestSeenRecord.exists(db, key: requestID) }
+    /// Which of a batch's requests were handled before, and which of its
+    /// senders are blocked from `group`, in one read.
+    func joinRequestHistory(
+        requestIDs: [String], senders: [InboxID], group: String
+    ) throws(LocalStoreError) -> (seen: Set<String>, blocked: Set<InboxID>) {
+        try read { db in
+            var seen: Set<String> = []
+            for requestID in requestIDs where try JoinRequestSeenRecord.exists(db, key: requestID) {
+                seen.insert(requestID)
+            }
+            var blocked: Set<InboxID> = []
+            for sender in senders
+            where try BlockedJoinSenderRecord.exists(db, key: BlockedJoinSenderRecord.key(sender, group: group)) {
+                blocked.insert(sender)
+            }
+            return (seen, blocked)
+        }
     }
 
-    /// Records what was done with a request and moves the invite inbox's
-    /// cursor past it, in one transaction.
-    func finishJoinRequest(
-        requestID: String?, groupID: String, joiner: InboxID?, outcome: JoinRequestOutcome, detail: String?,
-        block: Bool, topic: TopicName, seq: UInt64, now: Date
+    /// Records what was done with each request of a batch and moves the
+    /// invite inbox's cursor past them, in one transaction.
+    func finishJoinRequests(
+        _ finished: [FinishedJoinRequest], groupID: String, topic: TopicName, now: Date
     ) throws(LocalStoreError) {
-        try Self.checkSeq(seq)
+        guard let last = finished.map(\.seq).max() else { return }
+        try Self.checkSeq(last)
         let at = ClientClock.millis(now)
         try write { db in
-            if let requestID {
-                try JoinRequestSeenRecord(
-                    requestID: requestID, groupID: groupID, joiner: joiner?.rawValue ?? "", outcome: outcome.rawValue,
-                    detail: detail, atMs: at
-                ).insert(db, onConflict: .ignore)
+            for request in finished {
+                if let requestID = request.requestID {
+                    try JoinRequestSeenRecord(
+                        requestID: requestID, groupID: groupID, joiner: request.joiner?.rawValue ?? "",
+                        outcome: request.outcome.rawValue, detail: request.detail, atMs: at
+                    ).insert(db, onConflict: .ignore)
+                }
+                if request.block, let joiner = request.joiner {
+                    try BlockedJoinSenderRecord(
+                        groupID: groupID, inboxID: joiner.rawValue, reason: request.detail ?? "", atMs: at
+                    ).insert(db, onConflict: .ignore)
+                }
             }
-            if block, let joiner {
-                try BlockedJoinSenderRecord(groupID: groupID, inboxID: joiner.rawValue, reason: detail ?? "", atMs: at)
-                    .insert(db, onConflict: .ignore)
-            }
-            try CursorRecord.advance(topic, to: seq, db)
+            try CursorRecord.advance(topic, to: last, db)
         }
     }
 
@@ -208,4 +226,17 @@ extension LocalStore {
             try BlockedJoinSenderRecord.deleteOne(db, key: BlockedJoinSenderRecord.key(inbox, group: group))
         }
     }
+}
+
+/// What was done with one request of the invite inbox, to record.
+struct FinishedJoinRequest: Sendable, Equatable {
+    /// Nil for a duplicate (the first handling's record stays) and for an
+    /// envelope that did not open.
+    let requestID: String?
+    let joiner: InboxID?
+    let outcome: JoinRequestOutcome
+    let detail: String?
+    /// Whether the sender is blocked from the group from now on.
+    let block: Bool
+    let seq: UInt64
 }

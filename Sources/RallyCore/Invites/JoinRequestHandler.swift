@@ -35,7 +35,9 @@ struct JoinRequestHandler: Sendable {
     /// who ask at once are admitted at once. Each request is recorded, with
     /// the inbox cursor, only after its answer went out, in seq order.
     func handle(_ envelopes: [WireEnvelope]) async throws(RallyClientError) -> [JoinRequestReport] {
-        let reads = envelopes.map(read)
+        // Opening a request is CPU-bound (a key agreement and a signature
+        // check): a batch is opened on every core.
+        let reads = await envelopes.mapOnEveryCore(read)
         var decisions = try decide(reads)
         // An admission reads the log to its head and decides again before
         // it commits; any other answer is final, so it is given on the group
@@ -65,10 +67,23 @@ struct JoinRequestHandler: Sendable {
             let answered = try await admit(part.map { ($0.asked, $0.admission) })
             for (offset, answer) in answered.enumerated() { answers[part[offset].index] = answer }
         }
+        // Recorded together, once every answer went out: a crash before
+        // that leaves them all to be handled again, which the policy makes
+        // safe (a seen request is a duplicate, a cut-off admission is
+        // finished).
         var reports: [JoinRequestReport] = []
+        var finished: [FinishedJoinRequest] = []
         reports.reserveCapacity(reads.count)
+        finished.reserveCapacity(reads.count)
         for (index, read) in reads.enumerated() {
-            reports.append(try record(read, answers[index]))
+            let (report, record) = recorded(read, answers[index])
+            reports.append(report)
+            finished.append(record)
+        }
+        let topic = inviteContext.inboxTopic
+        let now = context.clock.now()
+        try context.stored { () throws(LocalStoreError) in
+            try context.store.finishJoinRequests(finished, groupID: groupID, topic: topic, now: now)
         }
         return reports
     }
@@ -99,16 +114,19 @@ struct JoinRequestHandler: Sendable {
         let groupID = groupID
         let me = context.identity.inboxID
         let now = context.clock.now()
+        let asked = reads.compactMap(\.asked)
         return try context.stored { () throws(LocalStoreError) in
             let group = try store.group(groupID)
+            // What the store knows of the whole batch, read at once.
+            let known = try store.joinRequestHistory(
+                requestIDs: asked.map(\.requestID.hexString), senders: asked.map(\.sender.inboxID), group: groupID)
             var seen: Set<Data> = []
-            var blocked: Set<InboxID> = []
-            return try reads.map { read throws(LocalStoreError) in
+            var blocked = known.blocked
+            return reads.map { read in
                 guard let asked = read.asked else { return nil }
-                var seenBefore = !seen.insert(asked.requestID).inserted
-                if !seenBefore { seenBefore = try store.joinRequestSeen(asked.requestID.hexString) }
-                var senderBlocked = blocked.contains(asked.sender.inboxID)
-                if !senderBlocked { senderBlocked = try store.isBlocked(asked.sender.inboxID, group: groupID) }
+                let seenBefore =
+                    !seen.insert(asked.requestID).inserted || known.seen.contains(asked.requestID.hexString)
+                let senderBlocked = blocked.contains(asked.sender.inboxID)
                 let decision = asked.decide(
                     groupID: groupID, group: group, me: me, seenBefore: seenBefore, senderBlocked: senderBlocked,
                     now: now)
@@ -118,35 +136,29 @@ struct JoinRequestHandler: Sendable {
         }
     }
 
-    /// Records one answered request with the inbox cursor.
-    private func record(_ read: Read, _ answer: Answer?) throws(RallyClientError) -> JoinRequestReport {
-        let topic = inviteContext.inboxTopic
+    /// What to record of one answered request, and its report.
+    private func recorded(_ read: Read, _ answer: Answer?) -> (JoinRequestReport, FinishedJoinRequest) {
         guard let asked = read.asked, let answer else {
-            try finish(nil, nil, .ignored, read.problem, block: false, topic, read.seq)
-            return JoinRequestReport(
-                groupID: groupID, seq: read.seq, requestID: nil, joiner: nil, decision: nil, errorSent: false)
+            return (
+                JoinRequestReport(
+                    groupID: groupID, seq: read.seq, requestID: nil, joiner: nil, decision: nil, errorSent: false),
+                FinishedJoinRequest(
+                    requestID: nil, joiner: nil, outcome: .ignored, detail: read.problem, block: false, seq: read.seq)
+            )
         }
         let joiner = asked.sender
         let (outcome, detail) = answer.decision.recorded
         if outcome == .blocked { context.logger.warning("blocked \(joiner.inboxID): \(detail ?? "")") }
         // A duplicate keeps the record of the first handling.
         let requestID: String? = answer.decision == .duplicate ? nil : asked.requestID.hexString
-        try finish(requestID, joiner.inboxID, outcome, detail, block: outcome == .blocked, topic, read.seq)
-        return JoinRequestReport(
-            groupID: groupID, seq: read.seq, requestID: asked.requestID.hexString, joiner: joiner.inboxID,
-            decision: answer.decision, errorSent: answer.errorSent)
-    }
-
-    private func finish(
-        _ requestID: String?, _ joiner: InboxID?, _ outcome: JoinRequestOutcome, _ detail: String?, block: Bool,
-        _ topic: TopicName, _ seq: UInt64
-    ) throws(RallyClientError) {
-        let now = context.clock.now()
-        try context.stored { () throws(LocalStoreError) in
-            try context.store.finishJoinRequest(
-                requestID: requestID, groupID: groupID, joiner: joiner, outcome: outcome, detail: detail,
-                block: block, topic: topic, seq: seq, now: now)
-        }
+        return (
+            JoinRequestReport(
+                groupID: groupID, seq: read.seq, requestID: asked.requestID.hexString, joiner: joiner.inboxID,
+                decision: answer.decision, errorSent: answer.errorSent),
+            FinishedJoinRequest(
+                requestID: requestID, joiner: joiner.inboxID, outcome: outcome, detail: detail,
+                block: outcome == .blocked, seq: read.seq)
+        )
     }
 
     /// Carries out a decision other than an admission.

@@ -1,5 +1,6 @@
 import Foundation
 import RallyWire
+import Synchronization
 
 /// What became of one queued publish after a flush.
 enum OutboxDelivery: Sendable, Equatable {
@@ -40,12 +41,18 @@ struct OutboxService: Sendable {
     /// topics need no order between them, and the relay makes one fsync
     /// serve every publish that waits for it, so sending them side by side
     /// takes about the time of one (a round of welcomes, say).
-    static let concurrentTopics = 16
+    static let concurrentTopics = 64
 
     /// Sends the queue one lane per topic, each lane in queue order, up to
     /// ``concurrentTopics`` lanes at a time.
     private func sendQueued(_ context: ClientContext) async throws(RallyClientError) -> [String: OutboxDelivery] {
         let queued = try context.stored { () throws(LocalStoreError) in try context.store.queuedOutgoing() }
+        // What the relay acknowledged is recorded in one transaction when
+        // the flush ends, however it ends: an item sent but not recorded
+        // (a crash in between) is sent again by the next flush under the
+        // same idempotency key, and the relay stores it once.
+        let sent = SentItems()
+        defer { sent.record(in: context) }
         var lanes: [[OutboxRecord]] = []
         var laneOfTopic: [String: Int] = [:]
         for item in queued {
@@ -56,7 +63,7 @@ struct OutboxService: Sendable {
                 lanes.append([item])
             }
         }
-        if lanes.count <= 1 { return try await sendLane(lanes.first ?? [], context) }
+        if lanes.count <= 1 { return try await sendLane(lanes.first ?? [], context, acknowledged: sent) }
         let results = await withTaskGroup(of: Result<[String: OutboxDelivery], RallyClientError>.self) { group in
             var next = 0
             func start() {
@@ -64,7 +71,7 @@ struct OutboxService: Sendable {
                 next += 1
                 group.addTask {
                     do throws(RallyClientError) {
-                        return .success(try await self.sendLane(lane, context))
+                        return .success(try await self.sendLane(lane, context, acknowledged: sent))
                     } catch {
                         return .failure(error)
                     }
@@ -87,22 +94,9 @@ struct OutboxService: Sendable {
     /// failure (the rest of the topic waits its turn, keeping the order),
     /// marks what the relay refuses for good.
     private func sendLane(
-        _ queued: [OutboxRecord], _ context: ClientContext
+        _ queued: [OutboxRecord], _ context: ClientContext, acknowledged: SentItems
     ) async throws(RallyClientError) -> [String: OutboxDelivery] {
         var outcomes: [String: OutboxDelivery] = [:]
-        // Recorded together when the lane ends: an item sent but not yet
-        // recorded is sent again by the next flush under the same
-        // idempotency key, and the relay stores it once.
-        var recorded: [(item: OutboxRecord, seq: UInt64)] = []
-        defer {
-            if !recorded.isEmpty {
-                do {
-                    try context.store.outgoingSent(recorded)
-                } catch {
-                    context.logger.warning("could not record \(recorded.count) sent messages: \(error)")
-                }
-            }
-        }
         for item in queued {
             guard let topic = try? TopicName(validating: item.topic) else {
                 try context.stored { () throws(LocalStoreError) in
@@ -122,7 +116,7 @@ struct OutboxService: Sendable {
             }
             switch sent {
             case .success(let ack):
-                recorded.append((item, ack.seq))
+                acknowledged.note(item, seq: ack.seq)
                 outcomes[item.messageID] = .sent(seq: ack.seq)
             case .failure(.relay(let error)) where error.isTransient:
                 // The rest waits its turn, so the order per topic holds.
@@ -189,6 +183,26 @@ struct OutboxService: Sendable {
 
     func failures() throws(RallyClientError) -> [OutgoingFailure] {
         try context.stored { () throws(LocalStoreError) in try context.store.failedOutgoing() }
+    }
+}
+
+/// The items one flush's lanes had acknowledged, recorded together.
+private final class SentItems: Sendable {
+    private let items = Mutex<[(item: OutboxRecord, seq: UInt64)]>([])
+
+    func note(_ item: OutboxRecord, seq: UInt64) { items.withLock { $0.append((item, seq)) } }
+
+    func record(in context: ClientContext) {
+        let sent = items.withLock { items in
+            defer { items.removeAll() }
+            return items
+        }
+        guard !sent.isEmpty else { return }
+        do {
+            try context.store.outgoingSent(sent)
+        } catch {
+            context.logger.warning("could not record \(sent.count) sent messages: \(error)")
+        }
     }
 }
 
