@@ -22,11 +22,33 @@ enum OwnerOnlyFile {
     /// Opens an owner-only SQLite database for the relay (WAL, with
     /// `synchronous=FULL`: WAL's default, NORMAL, may lose the last commits
     /// on power loss, and what the relay acknowledged must survive that).
+    ///
+    /// The pragma is set on the writer after the pool is open: GRDB sets
+    /// `synchronous = NORMAL` on a pool's writer when it turns WAL on, after
+    /// `prepareDatabase` has run, so a pragma there is overwritten. Until
+    /// stop 27 it was set there, and no relay commit waited for an fsync.
+    /// The writer is the only connection that commits, and the pool keeps
+    /// it for its lifetime.
     static func openPool(_ url: URL, label: String) throws -> DatabasePool {
         try prepare(url)
         var configuration = Configuration()
         configuration.label = label
-        configuration.prepareDatabase { db in try db.execute(sql: "PRAGMA synchronous = FULL") }
-        return try DatabasePool(path: url.path, configuration: configuration)
+        let pool = try DatabasePool(path: url.path, configuration: configuration)
+        try pool.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA synchronous = FULL") }
+        return pool
+    }
+}
+
+/// A relay store kept in one SQLite file opened by
+/// ``OwnerOnlyFile/openPool(_:label:)``.
+protocol OwnerOnlySQLiteStore {
+    var pool: DatabasePool { get }
+}
+
+extension OwnerOnlySQLiteStore {
+    /// The writer's `PRAGMA synchronous`: 2 (FULL) makes every commit wait
+    /// for the fsync of the write-ahead log.
+    func writerSynchronousMode() throws -> Int {
+        try pool.writeWithoutTransaction { db in try Int.fetchOne(db, sql: "PRAGMA synchronous") ?? -1 }
     }
 }

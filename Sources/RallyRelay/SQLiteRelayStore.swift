@@ -5,8 +5,8 @@ public import RallyWire
 
 /// The embedded store: one SQLite file in WAL mode with `synchronous=FULL`,
 /// so a returned `append` has reached the disk.
-public final class SQLiteRelayStore: RelayStore {
-    private let pool: DatabasePool
+public final class SQLiteRelayStore: RelayStore, OwnerOnlySQLiteStore {
+    let pool: DatabasePool
 
     public init(url: URL) throws {
         pool = try OwnerOnlyFile.openPool(url, label: "rally.relay.store")

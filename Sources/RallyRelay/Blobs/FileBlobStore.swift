@@ -7,11 +7,11 @@ import GRDB
 /// before an append is acknowledged. Appends and completions run inside the
 /// metadata's write transaction, so two uploads of one blob are serialized
 /// and `received` never runs ahead of the file.
-public final class FileBlobStore: BlobStore {
+public final class FileBlobStore: BlobStore, OwnerOnlySQLiteStore {
     /// Bytes hashed per read while a blob is completed.
     static let hashReadBytes = 1 << 20
 
-    private let pool: DatabasePool
+    let pool: DatabasePool
     private let directory: URL
 
     /// Opens (or creates) the store in `dataDirectory`, which is created
@@ -20,14 +20,8 @@ public final class FileBlobStore: BlobStore {
         directory = dataDirectory.appendingPathComponent("blobs", isDirectory: true)
         try FileManager.default.createDirectory(
             at: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-        let url = dataDirectory.appendingPathComponent("blobs.sqlite")
-        if !FileManager.default.fileExists(atPath: url.path) {
-            _ = FileManager.default.createFile(atPath: url.path, contents: nil, attributes: [.posixPermissions: 0o600])
-        }
-        var configuration = Configuration()
-        configuration.label = "rally.relay.blobs"
-        configuration.prepareDatabase { db in try db.execute(sql: "PRAGMA synchronous = FULL") }
-        pool = try DatabasePool(path: url.path, configuration: configuration)
+        pool = try OwnerOnlyFile.openPool(
+            dataDirectory.appendingPathComponent("blobs.sqlite"), label: "rally.relay.blobs")
         try Self.migrator.migrate(pool)
     }
 

@@ -4,8 +4,8 @@ import GRDB
 /// The embedded escrow store: `escrows.sqlite` in the relay's data
 /// directory (WAL, `synchronous=FULL`, owner-only), apart from the topics'
 /// database so its small, rare writes never wait behind a publish batch.
-public final class SQLiteEscrowStore: EscrowStore {
-    private let pool: DatabasePool
+public final class SQLiteEscrowStore: EscrowStore, OwnerOnlySQLiteStore {
+    let pool: DatabasePool
 
     /// Opens (or creates) the store in `dataDirectory`, which is created
     /// owner-only when missing.

@@ -18,8 +18,8 @@ public protocol PushTargetStore: Sendable {
 /// The embedded push target store: `push.sqlite` in the relay's data
 /// directory (WAL, `synchronous=FULL`, owner-only), apart from the topics'
 /// database like the escrows.
-public final class SQLitePushTargetStore: PushTargetStore {
-    private let pool: DatabasePool
+public final class SQLitePushTargetStore: PushTargetStore, OwnerOnlySQLiteStore {
+    let pool: DatabasePool
 
     public init(dataDirectory: URL) throws {
         pool = try OwnerOnlyFile.openPool(

@@ -1,0 +1,36 @@
+import Foundation
+import RallyTestSupport
+import RallyWire
+import Testing
+
+@testable import RallyRelay
+
+/// Every relay database commits with `synchronous=FULL`, so nothing is
+/// acknowledged before the fsync that holds it. GRDB turns a pool's writer
+/// to NORMAL when it sets up WAL, after `prepareDatabase`; until stop 27
+/// the pragma was set there and lost.
+@Suite("Relay store durability")
+struct StoreDurabilityTests {
+    static let full = 2
+
+    @Test("the envelope, blob, escrow and push stores' writers commit with synchronous=FULL, also when reopened")
+    func everyWriterIsFull() async throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        for _ in 0..<2 {
+            let envelopes = try SQLiteRelayStore(url: directory.url.appendingPathComponent("relay.sqlite"))
+            let request = PublishRequest(topic: "group/a", payload: Data("x".utf8), idempotencyKey: Data("k".utf8))
+            _ = try await envelopes.append([request], serverTimeMilliseconds: 1)
+            let stores: [(String, any OwnerOnlySQLiteStore)] = [
+                ("envelopes", envelopes),
+                ("blobs", try FileBlobStore(dataDirectory: directory.url)),
+                ("escrows", try SQLiteEscrowStore(dataDirectory: directory.url)),
+                ("push targets", try SQLitePushTargetStore(dataDirectory: directory.url)),
+            ]
+            for (name, store) in stores {
+                #expect(try store.writerSynchronousMode() == Self.full, "\(name)")
+            }
+            try await envelopes.close()
+        }
+    }
+}
