@@ -1,6 +1,8 @@
 import Foundation
+import GRDB
 import RallyCrypto
 import RallyWire
+import Synchronization
 import Testing
 
 @testable import RallyCore
@@ -48,6 +50,31 @@ struct LocalStoreTests {
         #expect(throws: LocalStoreError.identityExists(temp.home.path)) { try store.saveIdentity(first) }
         #expect(try store.loadIdentity()?.inboxID == first.inboxID)
         #expect(try temp.openStore().loadIdentity()?.displayName == "first")
+    }
+
+    @Test func aSecretIsWrittenWithFullSyncAndOtherWritesWithNormal() throws {
+        let temp = TemporaryHome()
+        defer { temp.remove() }
+        let store = try temp.openStore()
+        // What each write's transaction runs with (2 FULL, 1 NORMAL).
+        let mode = { (db: Database) in try Int.fetchOne(db, sql: "PRAGMA synchronous") }
+        #expect(try store.write(mode) == 1)
+        #expect(try LocalStore.write(store.queue, sync: .full, mode) == 2)
+        #expect(try store.write(mode) == 1)
+
+        // The home's own secret store writes with FULL: the statements its
+        // writer runs for one secret, in order.
+        let statements = Mutex<[String]>([])
+        store.queue.writeWithoutTransaction { db in
+            db.trace { event in statements.withLock { $0.append("\(event)") } }
+        }
+        try store.secrets.setSecret(Data(repeating: 7, count: 32), named: .epochKey(group: "g", epoch: 1))
+        let run = statements.withLock { $0 }
+        let full = try #require(run.firstIndex(of: "PRAGMA synchronous = FULL"))
+        let insert = try #require(run.firstIndex { $0.contains("secret") && $0.uppercased().contains("INSERT") })
+        let normal = try #require(run.lastIndex(of: "PRAGMA synchronous = NORMAL"))
+        #expect(full < insert && insert < normal)
+        #expect(try store.secret(.epochKey(group: "g", epoch: 1)) == Data(repeating: 7, count: 32))
     }
 
     @Test func theStoreFileIsOwnerOnly() throws {

@@ -32,7 +32,7 @@ final class LocalStore: Sendable {
     static let busyRetries = 20
 
     // GRDB's DatabaseQueue serializes all access itself and is Sendable.
-    private let queue: DatabasePool
+    let queue: DatabasePool
     let home: URL
     /// Where the identity's private keys, epoch keys and invite seeds are
     /// kept: by default a table of this owner-only database.
@@ -222,14 +222,32 @@ final class LocalStore: Sendable {
         }
     }
 
+    /// How a write transaction reaches the disk.
+    enum Sync {
+        /// SQLite's `NORMAL` in WAL mode (GRDB's setting for a pool): the
+        /// commit survives the process crashing, and a power loss keeps the
+        /// commits in order, but may drop the last ones.
+        case normal
+        /// `FULL`: the commit returns after the write-ahead log is
+        /// fsynced. For secrets, which must be durable before a commit that
+        /// needs them goes to the relay (``SecretStore``).
+        case full
+    }
+
     /// Runs `body` in a `BEGIN IMMEDIATE` transaction: it takes the write
     /// lock before reading, so what it reads cannot change under it in
     /// another process before it commits. A transaction that still meets
     /// `SQLITE_BUSY` after the busy timeout is rolled back and run again.
-    static func write<T>(_ queue: DatabasePool, _ body: (Database) throws -> T) throws(LocalStoreError) -> T {
+    static func write<T>(
+        _ queue: DatabasePool, sync: Sync = .normal, _ body: (Database) throws -> T
+    ) throws(LocalStoreError) -> T {
         do {
             return try retryingBusy {
                 try queue.writeWithoutTransaction { db in
+                    // A connection setting, changed only between transactions;
+                    // the pool's one writer runs one write at a time.
+                    if sync == .full { try db.execute(sql: "PRAGMA synchronous = FULL") }
+                    defer { if sync == .full { try? db.execute(sql: "PRAGMA synchronous = NORMAL") } }
                     var result: T?
                     try db.inTransaction(.immediate) {
                         result = try body(db)

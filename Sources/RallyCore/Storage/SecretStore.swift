@@ -172,11 +172,12 @@ struct DatabaseSecretStore: SecretStore {
         try LocalStore.read(queue) { db in try SecretRecord.value(named: name, db) }
     }
 
+    // Durable when it returns, as the protocol asks: fsynced.
     func setSecret(_ secret: Data, named name: SecretName) throws {
-        try LocalStore.write(queue) { db in try SecretRecord.set(secret, named: name, db: db) }
+        try LocalStore.write(queue, sync: .full) { db in try SecretRecord.set(secret, named: name, db: db) }
     }
 
     func removeSecret(named name: SecretName) throws {
-        try LocalStore.write(queue) { db in _ = try SecretRecord.deleteOne(db, key: name.rawValue) }
+        try LocalStore.write(queue, sync: .full) { db in _ = try SecretRecord.deleteOne(db, key: name.rawValue) }
     }
 }
