@@ -14,8 +14,10 @@ import Synchronization
 /// far cheaper than decoding them.
 final class GroupStateCache: Sendable {
     /// Groups whose decoded state is kept; past it the cache starts over
-    /// (a home with more groups than this decodes some twice).
-    static let capacity = 64
+    /// (a home with more groups than this decodes some twice). Kept small
+    /// for app extensions' memory limits: a group of 300 members decodes
+    /// to roughly 150 KB.
+    static let capacity = 16
 
     private struct Entry {
         let snapshot: Data
