@@ -15,8 +15,8 @@ import Synchronization
 final class GroupStateCache: Sendable {
     /// Groups whose decoded state is kept; past it the cache starts over
     /// (a home with more groups than this decodes some twice). Kept small
-    /// for app extensions' memory limits: a group of 300 members decodes
-    /// to roughly 150 KB.
+    /// for app extensions' memory limits: a decoded state grows with its
+    /// group's members and history.
     static let capacity = 16
 
     private struct Entry {
