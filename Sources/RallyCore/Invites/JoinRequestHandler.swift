@@ -32,8 +32,9 @@ struct JoinRequestHandler: Sendable {
 
     /// Answers a batch of requests, oldest first: every admission among
     /// them goes into one commit (and one round of welcomes), so joiners
-    /// who ask at once are admitted at once. Each request is recorded, with
-    /// the inbox cursor, only after its answer went out, in seq order.
+    /// who ask at once are admitted at once. The batch's requests are
+    /// recorded, with the inbox cursor, in one transaction once every
+    /// answer went out.
     func handle(_ envelopes: [WireEnvelope]) async throws(RallyClientError) -> [JoinRequestReport] {
         // Opening a request is CPU-bound (a key agreement and a signature
         // check): a batch is opened on every core.
