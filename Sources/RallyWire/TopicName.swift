@@ -32,10 +32,7 @@ public struct TopicName: Hashable, Sendable, CustomStringConvertible {
         var slash = bytes.startIndex
         for index in bytes.indices {
             let byte = bytes[index]
-            guard Self.isAllowed(byte) else {
-                try self.init(validatingGraphemes: raw)
-                return
-            }
+            guard Self.isAllowed(byte) else { throw Self.refusal(ofDisallowed: raw) }
             if byte == UInt8(ascii: "/") {
                 if slashes == 0 { slash = index }
                 slashes += 1
@@ -46,12 +43,8 @@ public struct TopicName: Hashable, Sendable, CustomStringConvertible {
         guard slashes == 1, !kindText.isEmpty, !id.isEmpty else { throw .malformed(raw) }
         // Dot segments would be rewritten by URL handling on the HTTP path.
         guard kindText != ".", kindText != "..", id != ".", id != ".." else { throw .malformed(raw) }
-        self.init(rawValue: raw, kindText: kindText, id: String(id))
-    }
-
-    private init(rawValue: String, kindText: Substring, id: String) {
-        self.rawValue = rawValue
-        self.id = id
+        self.rawValue = raw
+        self.id = String(id)
         switch kindText {
         case "inbox": self.kind = .inbox
         case "group": self.kind = .group
@@ -59,17 +52,16 @@ public struct TopicName: Hashable, Sendable, CustomStringConvertible {
         }
     }
 
-    /// The rules on `String`'s own characters, for names with a byte that
-    /// is not allowed (every one of which is refused).
-    private init(validatingGraphemes raw: String) throws(TopicNameError) {
+    /// Why a name with a byte that is not allowed is refused, by the rules
+    /// on `String`'s own characters: a structure they call malformed first,
+    /// else the character.
+    private static func refusal(ofDisallowed raw: String) -> TopicNameError {
         let parts = raw.split(separator: "/", omittingEmptySubsequences: false)
-        guard parts.count == 2, !parts[0].isEmpty, !parts[1].isEmpty else { throw .malformed(raw) }
-        // Dot segments would be rewritten by URL handling on the HTTP path.
-        guard !parts.contains(where: { $0 == "." || $0 == ".." }) else { throw .malformed(raw) }
-        for byte in raw.utf8 where !Self.isAllowed(byte) {
-            throw .invalidCharacter(raw)
-        }
-        self.init(rawValue: raw, kindText: parts[0], id: String(parts[1]))
+        guard parts.count == 2, !parts[0].isEmpty, !parts[1].isEmpty,
+            // Dot segments would be rewritten by URL handling on the HTTP path.
+            !parts.contains(where: { $0 == "." || $0 == ".." })
+        else { return .malformed(raw) }
+        return .invalidCharacter(raw)
     }
 
     public static func inbox(_ inboxID: String) throws(TopicNameError) -> TopicName {

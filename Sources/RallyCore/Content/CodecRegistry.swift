@@ -55,6 +55,18 @@ public struct CodecRegistry: Sendable {
         return content
     }
 
+    /// What ``decode(_:)`` gives for `content` just encoded from `value` by
+    /// `codec`, without decoding it again (a welcome carries a whole
+    /// group's state): the value and its summary when this registry decodes
+    /// the type with that same codec, else what `decode` gives.
+    func described<C: ContentCodec>(
+        _ value: C.Value, encodedBy codec: C, as content: WireEncodedContent
+    ) -> DecodedContent {
+        guard codecs[Self.key(codec.contentType)] is C else { return decode(content) }
+        return DecodedContent(
+            contentType: codec.contentType, value: value, displayText: codec.summary(of: value), isKnown: true)
+    }
+
     /// Decodes content. Never throws for an unknown or undecodable type:
     /// those are kept and shown by their fallback.
     public func decode(_ content: WireEncodedContent) -> DecodedContent {

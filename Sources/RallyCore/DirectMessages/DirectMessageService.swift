@@ -75,7 +75,7 @@ struct DirectMessageService: Sendable {
         let (sealed, body) = try seal(value, codec: codec, to: recipient, messageID: messageID, at: now)
         let content = body.content
         let topic = try! TopicName.inbox(recipient.inboxID.rawValue)
-        let decoded = context.codecs.decode(content)
+        let decoded = context.codecs.described(value, encodedBy: codec, as: content)
         let message = StoredMessage(
             id: body.messageID.hexString, conversation: recipient.inboxID.rawValue, outgoing: true,
             sender: context.identity.inboxID, senderName: context.identity.displayName, sentAt: now,

@@ -241,7 +241,6 @@ extension LocalStore {
         // By its id, the common case, without decoding every group.
         if let exact = try group(reference) { return [exact] }
         let all = try groups()
-        if let exact = all.first(where: { $0.groupID == reference }) { return [exact] }
         let byPrefix = all.filter { $0.groupID.hasPrefix(reference.lowercased()) }
         if !byPrefix.isEmpty { return byPrefix }
         return all.filter { $0.state.profile.name == reference }

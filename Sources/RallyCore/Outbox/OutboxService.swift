@@ -186,17 +186,15 @@ struct OutboxService: Sendable {
     }
 }
 
-/// The items one flush's lanes had acknowledged, recorded together.
+/// The items one flush's lanes had acknowledged, recorded together once
+/// the flush ends.
 private final class SentItems: Sendable {
     private let items = Mutex<[(item: OutboxRecord, seq: UInt64)]>([])
 
     func note(_ item: OutboxRecord, seq: UInt64) { items.withLock { $0.append((item, seq)) } }
 
     func record(in context: ClientContext) {
-        let sent = items.withLock { items in
-            defer { items.removeAll() }
-            return items
-        }
+        let sent = items.withLock { $0 }
         guard !sent.isEmpty else { return }
         do {
             try context.store.outgoingSent(sent)

@@ -31,7 +31,7 @@ final class LocalStore: Sendable {
     /// How often a transaction that still met `SQLITE_BUSY` is run again.
     static let busyRetries = 20
 
-    // GRDB's DatabaseQueue serializes all access itself and is Sendable.
+    // GRDB's pool serializes writes on its one writer and is Sendable.
     let queue: DatabasePool
     let home: URL
     /// Where the identity's private keys, epoch keys and invite seeds are
