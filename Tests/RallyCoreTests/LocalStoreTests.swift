@@ -77,6 +77,40 @@ struct LocalStoreTests {
         #expect(try store.secret(.epochKey(group: "g", epoch: 1)) == Data(repeating: 7, count: 32))
     }
 
+    @Test func severalSecretsAreWrittenInOneFullSyncTransaction() throws {
+        let temp = TemporaryHome()
+        defer { temp.remove() }
+        let store = try temp.openStore()
+        let statements = Mutex<[String]>([])
+        store.queue.writeWithoutTransaction { db in
+            db.trace { event in statements.withLock { $0.append("\(event)") } }
+        }
+        let epochKey = SecretName.epochKey(group: "g", epoch: 2)
+        let access = SecretName.topicAccess("t")
+        try store.setSecrets([(epochKey, Data(repeating: 1, count: 32)), (access, Data(repeating: 2, count: 32))])
+        let run = statements.withLock { $0 }
+        #expect(run.filter { $0 == "PRAGMA synchronous = FULL" }.count == 1)
+        #expect(run.filter { $0.uppercased().hasPrefix("COMMIT") }.count == 1)
+        let full = try #require(run.firstIndex(of: "PRAGMA synchronous = FULL"))
+        let inserts = run.indices.filter { run[$0].contains("secret") && run[$0].uppercased().contains("INSERT") }
+        let commit = try #require(run.firstIndex { $0.uppercased().hasPrefix("COMMIT") })
+        #expect(inserts.count == 2 && inserts.allSatisfy { full < $0 && $0 < commit })
+        #expect(try store.secret(epochKey) == Data(repeating: 1, count: 32))
+        #expect(try store.secret(access) == Data(repeating: 2, count: 32))
+    }
+
+    @Test func aSecretStoreWithoutItsOwnBatchWriteStoresEachSecret() throws {
+        final class Recording: SecretStore {
+            let stored = Mutex<[SecretName: Data]>([:])
+            func secret(named name: SecretName) throws -> Data? { stored.withLock { $0[name] } }
+            func setSecret(_ secret: Data, named name: SecretName) throws { stored.withLock { $0[name] = secret } }
+            func removeSecret(named name: SecretName) throws { _ = stored.withLock { $0.removeValue(forKey: name) } }
+        }
+        let store = Recording()
+        try store.setSecrets([(.topicAccess("a"), Data([1])), (.topicAccess("b"), Data([2]))])
+        #expect(store.stored.withLock { $0 } == [.topicAccess("a"): Data([1]), .topicAccess("b"): Data([2])])
+    }
+
     @Test func theStoreFileIsOwnerOnly() throws {
         let temp = TemporaryHome()
         defer { temp.remove() }

@@ -131,7 +131,12 @@ extension LocalStore {
     }
 
     func contact(_ inbox: InboxID) throws(LocalStoreError) -> PublicIdentity? {
-        guard let record = try read({ db in try ContactRecord.fetchOne(db, key: inbox.rawValue) }) else { return nil }
+        guard
+            let record = try read({ db in
+                try db.fetchOne(
+                    ContactRecord.self, cached: "SELECT * FROM contact WHERE inbox_id = ?", [inbox.rawValue])
+            })
+        else { return nil }
         do {
             return try record.publicIdentity()
         } catch {
@@ -144,12 +149,16 @@ extension LocalStore {
     func saveContact(_ identity: PublicIdentity) throws(LocalStoreError) {
         let record = ContactRecord(identity)
         try write { db in
-            if let existing = try ContactRecord.fetchOne(db, key: record.inboxID),
-                existing.createdAtMs > record.createdAtMs
-            {
-                return
-            }
-            try record.save(db)
+            try db.run(
+                cached: """
+                    INSERT INTO contact (inbox_id, display_name, signing_key, agreement_key, created_at_ms)
+                    VALUES (?, ?, ?, ?, ?)
+                    ON CONFLICT(inbox_id) DO UPDATE SET display_name = excluded.display_name,
+                        signing_key = excluded.signing_key, agreement_key = excluded.agreement_key,
+                        created_at_ms = excluded.created_at_ms
+                    WHERE excluded.created_at_ms >= contact.created_at_ms
+                    """,
+                [record.inboxID, record.displayName, record.signingKey, record.agreementKey, record.createdAtMs])
         }
     }
 }

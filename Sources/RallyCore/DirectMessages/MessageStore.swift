@@ -90,14 +90,27 @@ struct MessageRecord: Codable, FetchableRecord, PersistableRecord {
         if let seq = message.seq, Int64(exactly: seq) == nil {
             throw LocalStoreError.corrupt("relay sequence number \(seq) is out of range")
         }
-        let last = try Int64.fetchOne(db, sql: "SELECT MAX(local_order) FROM message") ?? 0
-        try MessageRecord(message, localOrder: last + 1).insert(db, onConflict: .ignore)
+        let last = try db.fetchValue(Int64.self, cached: "SELECT MAX(local_order) FROM message") ?? 0
+        let record = MessageRecord(message, localOrder: last + 1)
+        try db.run(
+            cached: """
+                INSERT OR IGNORE INTO message (id, conversation, outgoing, sender, sender_name, sent_at_ms,
+                    received_at_ms, topic, seq, content_type, content, display_text, known_type, local_order)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                """,
+            [
+                record.id, record.conversation, record.outgoing, record.sender, record.senderName, record.sentAtMs,
+                record.receivedAtMs, record.topic, record.seq, record.contentType, record.content,
+                record.displayText, record.knownType, record.localOrder,
+            ])
         if db.changesCount > 0 { return true }
-        if let seq = message.seq {
-            try db.execute(
-                sql: "UPDATE message SET seq = ? WHERE id = ? AND seq IS NULL", arguments: [Int64(seq), message.id])
-        }
+        if let seq = message.seq { try place(message.id, at: seq, db) }
         return false
+    }
+
+    /// This device's own message gets the place the relay gave it (once).
+    static func place(_ messageID: String, at seq: UInt64, _ db: Database) throws {
+        try db.run(cached: "UPDATE message SET seq = ? WHERE id = ? AND seq IS NULL", [Int64(seq), messageID])
     }
 }
 

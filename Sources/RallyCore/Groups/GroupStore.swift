@@ -50,10 +50,12 @@ struct GroupInfoRecord: Codable, FetchableRecord, PersistableRecord {
         }
     }
 
-    init(_ record: GroupRecord, createdAt: Date) {
+    /// `snapshot`, when given, is an encoding of `record.state` the caller
+    /// has already (a welcome's, which the state was decoded from).
+    init(_ record: GroupRecord, createdAt: Date, snapshot: Data? = nil) {
         groupID = record.groupID
         topicID = record.topicID
-        snapshot = FrameCodec.encode(record.state.snapshot)
+        self.snapshot = snapshot ?? FrameCodec.encode(record.state.snapshot)
         status = record.status.rawValue
         createdAtMs = ClientClock.millis(createdAt)
         epochLink = record.epochLink
@@ -71,18 +73,31 @@ struct GroupInfoRecord: Codable, FetchableRecord, PersistableRecord {
             lastControlSeq: UInt64(max(0, lastControlSeq)), divergence: divergence)
     }
 
+    /// Stores a group this home did not have; nothing if it has it.
+    func insertUnlessStored(_ db: Database) throws {
+        try db.run(
+            cached: """
+                INSERT OR IGNORE INTO group_info (group_id, topic_id, snapshot, status, created_at_ms, epoch_link,
+                    last_control_seq, divergence)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+                """,
+            [groupID, topicID, snapshot, status, createdAtMs, epochLink, lastControlSeq, divergence])
+    }
+
     /// Writes a group's new state and place in the log: one UPDATE, with
     /// no read of the old snapshot (this runs for every entry of the log).
     /// `snapshot` is `record.state.snapshot` encoded, which the caller may
     /// need as well.
     static func update(with record: GroupRecord, snapshot: Data, _ db: Database) throws {
-        try filter(key: record.groupID).updateAll(
-            db,
-            Column(CodingKeys.snapshot).set(to: snapshot),
-            Column(CodingKeys.status).set(to: record.status.rawValue),
-            Column(CodingKeys.epochLink).set(to: record.epochLink),
-            Column(CodingKeys.lastControlSeq).set(to: Int64(record.lastControlSeq)),
-            Columns.divergence.set(to: record.divergence))
+        try db.run(
+            cached: """
+                UPDATE group_info SET snapshot = ?, status = ?, epoch_link = ?, last_control_seq = ?, divergence = ?
+                WHERE group_id = ?
+                """,
+            [
+                snapshot, record.status.rawValue, record.epochLink, Int64(record.lastControlSeq), record.divergence,
+                record.groupID,
+            ])
     }
 }
 
@@ -117,7 +132,8 @@ struct EpochKeyRecord: Codable, FetchableRecord, PersistableRecord {
     }
 
     static func note(epoch: UInt64, group: String, _ db: Database) throws {
-        try EpochKeyRecord(groupID: group, epoch: Int64(epoch)).insert(db, onConflict: .ignore)
+        try db.run(
+            cached: "INSERT OR IGNORE INTO epoch_key (group_id, epoch, key) VALUES (?, ?, x'')", [group, Int64(epoch)])
     }
 }
 
@@ -213,7 +229,9 @@ extension LocalStore {
     }
 
     func group(_ groupID: String) throws(LocalStoreError) -> GroupRecord? {
-        let record = try read { db in try GroupInfoRecord.fetchOne(db, key: groupID) }
+        let record = try read { db in
+            try db.fetchOne(GroupInfoRecord.self, cached: "SELECT * FROM group_info WHERE group_id = ?", [groupID])
+        }
         return try record.map(decoded).map(withAccessSecret)
     }
 
@@ -346,19 +364,23 @@ extension LocalStore {
     /// message and the inbox cursor, in one transaction.
     @discardableResult
     func ingestWelcome(
-        _ record: GroupRecord, epochKey: (UInt64, SymmetricKey), groupCursor: UInt64, inboxTopic: TopicName,
+        _ record: GroupRecord, snapshot: Data? = nil, epochKey: (UInt64, SymmetricKey), groupCursor: UInt64,
+        inboxTopic: TopicName,
         inboxSeq: UInt64, message: StoredMessage, inviteSeed: SymmetricKey? = nil,
         joinEvent: JoinEventForStore? = nil, history: [StoredMessage] = [], now: Date
     ) throws(LocalStoreError) -> Bool {
         try Self.checkSeq(groupCursor)
         try Self.checkSeq(inboxSeq)
-        try saveEpochKey(epochKey.1, epoch: epochKey.0, group: record.groupID)
-        try saveAccessSecret(of: record)
+        // Both keys in one durable write.
+        var secrets = [(name: SecretName, secret: Data)]()
+        secrets.append((.epochKey(group: record.groupID, epoch: epochKey.0), epochKey.1.withUnsafeBytes { Data($0) }))
+        if let access = record.accessSecret { secrets.append((.topicAccess(record.topicID), access)) }
+        try setSecrets(secrets)
         if let inviteSeed { try saveInviteSeed(inviteSeed, group: record.groupID) }
         return try write { db in
             // Another process on this home took this welcome already.
             guard try CursorRecord.seq(of: inboxTopic, db) < inboxSeq else { return false }
-            try GroupInfoRecord(record, createdAt: now).insert(db, onConflict: .ignore)
+            try GroupInfoRecord(record, createdAt: now, snapshot: snapshot).insertUnlessStored(db)
             try EpochKeyRecord.note(epoch: epochKey.0, group: record.groupID, db)
             if inviteSeed != nil { try InviteSeedRecord.note(group: record.groupID, db) }
             try CursorRecord.advance(record.topic, to: groupCursor, db)

@@ -211,8 +211,11 @@ struct GroupWelcomes: Sendable {
         let now = context.clock.now()
         let history = history(of: welcome, topic: record.topic, now: now)
         let isNew = try context.stored { () throws(LocalStoreError) in
+            // The state was decoded from the welcome's snapshot: stored as
+            // that, without sorting and building it again.
             try store.ingestWelcome(
-                record, epochKey: (record.state.epoch, SymmetricKey(data: welcome.epochKey)),
+                record, snapshot: FrameCodec.encode(welcome.snapshot),
+                epochKey: (record.state.epoch, SymmetricKey(data: welcome.epochKey)),
                 groupCursor: welcome.snapshotSeq, inboxTopic: topic, inboxSeq: seq, message: message,
                 inviteSeed: inviteSeed, joinEvent: joinEvent, history: history, now: now)
         }

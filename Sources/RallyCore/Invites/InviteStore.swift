@@ -31,7 +31,7 @@ struct InviteSeedRecord: Codable, FetchableRecord, PersistableRecord {
     }
 
     static func note(group: String, _ db: Database) throws {
-        try InviteSeedRecord(groupID: group).insert(db, onConflict: .ignore)
+        try db.run(cached: "INSERT OR IGNORE INTO invite_seed (group_id, seed) VALUES (?, x'')", [group])
     }
 }
 
@@ -169,12 +169,19 @@ extension LocalStore {
     ) throws(LocalStoreError) -> (seen: Set<String>, blocked: Set<InboxID>) {
         try read { db in
             var seen: Set<String> = []
-            for requestID in requestIDs where try JoinRequestSeenRecord.exists(db, key: requestID) {
+            for requestID in requestIDs
+            where try db.fetchValue(
+                Bool.self, cached: "SELECT 1 FROM join_request_seen WHERE request_id = ?", [requestID])
+                != nil
+            {
                 seen.insert(requestID)
             }
             var blocked: Set<InboxID> = []
             for sender in senders
-            where try BlockedJoinSenderRecord.exists(db, key: BlockedJoinSenderRecord.key(sender, group: group)) {
+            where try db.fetchValue(
+                Bool.self, cached: "SELECT 1 FROM blocked_join_sender WHERE group_id = ? AND inbox_id = ?",
+                [group, sender.rawValue]) != nil
+            {
                 blocked.insert(sender)
             }
             return (seen, blocked)
@@ -192,10 +199,15 @@ extension LocalStore {
         try write { db in
             for request in finished {
                 if let requestID = request.requestID {
-                    try JoinRequestSeenRecord(
-                        requestID: requestID, groupID: groupID, joiner: request.joiner?.rawValue ?? "",
-                        outcome: request.outcome.rawValue, detail: request.detail, atMs: at
-                    ).insert(db, onConflict: .ignore)
+                    try db.run(
+                        cached: """
+                            INSERT OR IGNORE INTO join_request_seen (request_id, group_id, joiner, outcome, detail, at_ms)
+                            VALUES (?, ?, ?, ?, ?, ?)
+                            """,
+                        [
+                            requestID, groupID, request.joiner?.rawValue ?? "", request.outcome.rawValue,
+                            request.detail, at,
+                        ])
                 }
                 if request.block, let joiner = request.joiner {
                     try BlockedJoinSenderRecord(

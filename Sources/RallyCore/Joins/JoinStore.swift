@@ -43,7 +43,7 @@ struct JoinAttemptRecord: Codable, FetchableRecord, PersistableRecord {
     /// Applies an answer to every unfinished attempt with its tag; the state
     /// machine drops what does not fit (wrong sender, already final).
     static func apply(_ joinEvent: JoinEventForStore, at now: Date, _ db: Database) throws {
-        for stored in try filter(Columns.tag == joinEvent.tag).fetchAll(db) {
+        for stored in try db.fetchAll(Self.self, cached: "SELECT * FROM join_attempt WHERE tag = ?", [joinEvent.tag]) {
             try apply(joinEvent.event, to: stored.attempt(), at: now, db)
         }
     }
@@ -60,21 +60,33 @@ struct JoinAttemptRecord: Codable, FetchableRecord, PersistableRecord {
         var machine = attempt.machine
         guard machine.apply(event) == nil else { return attempt }
         attempt.adopt(machine.state, at: now)
-        try JoinAttemptRecord(attempt).save(db)
+        try JoinAttemptRecord(attempt).save(in: db)
         return attempt
+    }
+
+    /// Inserts or replaces the attempt's row.
+    func save(in db: Database) throws {
+        try db.run(
+            cached: """
+                INSERT INTO join_attempt (request_id, tag, record, started_at_ms) VALUES (?, ?, ?, ?)
+                ON CONFLICT(request_id) DO UPDATE SET tag = excluded.tag, record = excluded.record,
+                    started_at_ms = excluded.started_at_ms
+                """,
+            [requestID, tag, record, startedAtMs])
     }
 }
 
 extension LocalStore {
     func saveJoinAttempt(_ attempt: JoinAttempt) throws(LocalStoreError) {
-        try write { db in try JoinAttemptRecord(attempt).save(db) }
+        try write { db in try JoinAttemptRecord(attempt).save(in: db) }
     }
 
     /// Join attempts, newest first.
     func joinAttempts() throws(LocalStoreError) -> [JoinAttempt] {
         try read { db in
-            try JoinAttemptRecord.order(JoinAttemptRecord.Columns.startedAtMs.desc, JoinAttemptRecord.Columns.requestID)
-                .fetchAll(db).map { try $0.attempt() }
+            try db.fetchAll(
+                JoinAttemptRecord.self, cached: "SELECT * FROM join_attempt ORDER BY started_at_ms DESC, request_id"
+            ).map { try $0.attempt() }
         }
     }
 
@@ -84,7 +96,9 @@ extension LocalStore {
         requestID: String, _ event: JoinStateMachine.Event, now: Date
     ) throws(LocalStoreError) -> JoinAttempt? {
         try write { db in
-            try JoinAttemptRecord.fetchOne(db, key: requestID).map {
+            try db.fetchOne(
+                JoinAttemptRecord.self, cached: "SELECT * FROM join_attempt WHERE request_id = ?", [requestID]
+            ).map {
                 try JoinAttemptRecord.apply(event, to: $0.attempt(), at: now, db)
             }
         }

@@ -54,6 +54,20 @@ struct OutboxRecord: Codable, FetchableRecord, PersistableRecord, Sendable, Equa
             table.column("group_id", .text)
         }
     }
+
+    /// Queues this publish; nothing if its message is queued already.
+    func insertUnlessQueued(_ db: Database) throws {
+        try db.run(
+            cached: """
+                INSERT OR IGNORE INTO outbox (position, message_id, topic, payload, idempotency_key, should_push,
+                    queued_at_ms, attempts, last_error, failed_reason, group_id)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                """,
+            [
+                position, messageID, topic, payload, idempotencyKey, shouldPush, queuedAtMs, attempts, lastError,
+                failedReason, groupID,
+            ])
+    }
 }
 
 /// An outgoing message the relay refused for good.
@@ -81,7 +95,7 @@ extension LocalStore {
         try write { db in
             for (message, item) in queued {
                 if let message { _ = try MessageRecord.insert(message, db) }
-                try item.insert(db, onConflict: .ignore)
+                try item.insertUnlessQueued(db)
             }
         }
     }
@@ -89,8 +103,8 @@ extension LocalStore {
     /// The publishes still to send, oldest first.
     func queuedOutgoing() throws(LocalStoreError) -> [OutboxRecord] {
         try read { db in
-            try OutboxRecord.filter(OutboxRecord.Columns.failedReason == nil)
-                .order(OutboxRecord.Columns.position).fetchAll(db)
+            try db.fetchAll(
+                OutboxRecord.self, cached: "SELECT * FROM outbox WHERE failed_reason IS NULL ORDER BY position")
         }
     }
 
@@ -106,10 +120,8 @@ extension LocalStore {
         guard !sent.isEmpty else { return }
         try write { db in
             for (item, seq) in sent {
-                try db.execute(sql: "DELETE FROM outbox WHERE message_id = ?", arguments: [item.messageID])
-                try db.execute(
-                    sql: "UPDATE message SET seq = ? WHERE id = ? AND seq IS NULL",
-                    arguments: [Int64(seq), item.messageID])
+                try db.run(cached: "DELETE FROM outbox WHERE message_id = ?", [item.messageID])
+                try MessageRecord.place(item.messageID, at: seq, db)
             }
         }
     }

@@ -22,19 +22,19 @@ struct CursorRecord: Codable, FetchableRecord, PersistableRecord {
         UInt64(
             max(
                 0,
-                try Int64.fetchOne(db, sql: "SELECT seq FROM cursor WHERE topic = ?", arguments: [topic.rawValue]) ?? 0)
+                try db.fetchValue(Int64.self, cached: "SELECT seq FROM cursor WHERE topic = ?", [topic.rawValue]) ?? 0)
         )
     }
 
     /// Moves the cursor to `seq` unless it is already past it: one
     /// statement, on the hot path of every envelope.
     static func advance(_ topic: TopicName, to seq: UInt64, _ db: Database) throws {
-        try db.execute(
-            sql: """
+        try db.run(
+            cached: """
                 INSERT INTO cursor (topic, seq) VALUES (?, ?)
                 ON CONFLICT(topic) DO UPDATE SET seq = MAX(seq, excluded.seq)
                 """,
-            arguments: [topic.rawValue, Int64(seq)])
+            [topic.rawValue, Int64(seq)])
     }
 }
 

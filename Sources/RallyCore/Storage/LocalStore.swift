@@ -185,6 +185,16 @@ final class LocalStore: Sendable {
         }
     }
 
+    func setSecrets(_ secrets: [(name: SecretName, secret: Data)]) throws(LocalStoreError) {
+        do {
+            try self.secrets.setSecrets(secrets)
+        } catch let error as LocalStoreError {
+            throw error
+        } catch {
+            throw .failed("secret store: cannot write \(secrets.map(\.name)): \(error)")
+        }
+    }
+
     func removeSecret(_ name: SecretName) throws(LocalStoreError) {
         do {
             try secrets.removeSecret(named: name)
@@ -246,8 +256,8 @@ final class LocalStore: Sendable {
                 try queue.writeWithoutTransaction { db in
                     // A connection setting, changed only between transactions;
                     // the pool's one writer runs one write at a time.
-                    if sync == .full { try db.execute(sql: "PRAGMA synchronous = FULL") }
-                    defer { if sync == .full { try? db.execute(sql: "PRAGMA synchronous = NORMAL") } }
+                    if sync == .full { try db.run(cached: "PRAGMA synchronous = FULL") }
+                    defer { if sync == .full { try? db.run(cached: "PRAGMA synchronous = NORMAL") } }
                     var result: T?
                     try db.inTransaction(.immediate) {
                         result = try body(db)

@@ -77,6 +77,16 @@ public protocol SecretStore: Sendable {
     func setSecret(_ secret: Data, named name: SecretName) throws
     /// Deletes the secret under `name`; deleting a missing one is no error.
     func removeSecret(named name: SecretName) throws
+    /// Stores several secrets, each as `setSecret` would; all are durable
+    /// when it returns. A store that can write them together (one fsync
+    /// instead of one each) says so by implementing it.
+    func setSecrets(_ secrets: [(name: SecretName, secret: Data)]) throws
+}
+
+extension SecretStore {
+    public func setSecrets(_ secrets: [(name: SecretName, secret: Data)]) throws {
+        for (name, secret) in secrets { try setSecret(secret, named: name) }
+    }
 }
 
 /// The name of one secret: a stable, printable key (`rawValue`) a store can
@@ -156,11 +166,14 @@ struct SecretRecord: Codable, FetchableRecord, PersistableRecord {
 
     /// One column by primary key: read on every group and epoch-key lookup.
     static func value(named name: SecretName, _ db: Database) throws -> Data? {
-        try Data.fetchOne(db, sql: "SELECT value FROM secret WHERE name = ?", arguments: [name.rawValue])
+        try db.fetchValue(Data.self, cached: "SELECT value FROM secret WHERE name = ?", [name.rawValue])
     }
 
     static func set(_ secret: Data, named name: SecretName, db: Database) throws {
-        try SecretRecord(name: name.rawValue, value: secret).save(db)
+        try db.run(
+            cached:
+                "INSERT INTO secret (name, value) VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET value = excluded.value",
+            [name.rawValue, secret])
     }
 }
 
@@ -175,6 +188,13 @@ struct DatabaseSecretStore: SecretStore {
     // Durable when it returns, as the protocol asks: fsynced.
     func setSecret(_ secret: Data, named name: SecretName) throws {
         try LocalStore.write(queue, sync: .full) { db in try SecretRecord.set(secret, named: name, db: db) }
+    }
+
+    // One transaction, one fsync.
+    func setSecrets(_ secrets: [(name: SecretName, secret: Data)]) throws {
+        try LocalStore.write(queue, sync: .full) { db in
+            for (name, secret) in secrets { try SecretRecord.set(secret, named: name, db: db) }
+        }
     }
 
     func removeSecret(named name: SecretName) throws {
