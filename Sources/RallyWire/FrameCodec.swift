@@ -28,6 +28,22 @@ public enum FrameCodec {
         }
     }
 
+    /// Decodes only the fields `M` names from untrusted bytes, skipping the
+    /// rest without keeping it: a few fields read out of a large message.
+    public static func decodePart<M: SwiftProtobuf.Message>(
+        _ type: M.Type, from bytes: Data, limit: Int
+    ) throws(FrameDecodingError) -> M {
+        guard bytes.count <= limit else { throw .tooLarge(size: bytes.count, limit: limit) }
+        do {
+            var options = BinaryDecodingOptions()
+            options.messageDepthLimit = 32
+            options.discardUnknownFields = true
+            return try M(serializedBytes: bytes, options: options)
+        } catch {
+            throw .malformed(String(describing: error))
+        }
+    }
+
     public static func encode(_ message: some SwiftProtobuf.Message) -> Data {
         // Serializing an initialized proto3 message cannot fail: there are no
         // required fields, and our maps have string keys.

@@ -379,7 +379,7 @@ struct JoinFlowTests {
         var welcome = WireGroupWelcome()
         welcome.groupID = decoy.groupID
         welcome.topicID = decoy.topicID
-        welcome.snapshot = try await mallory.group(decoy.groupID).state.snapshot
+        welcome.snapshot = FrameCodec.encode(try await mallory.group(decoy.groupID).state.snapshot)
         welcome.epochKey = Data(repeating: 1, count: 32)
         welcome.inviteTag = invite.invite.tagText
         welcome.inviteProof = Data(repeating: 2, count: 64)

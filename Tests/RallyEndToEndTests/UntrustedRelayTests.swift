@@ -170,7 +170,7 @@ struct UntrustedRelayTests {
         welcome.groupID = real.groupID
         welcome.topicID = real.topicID
         welcome.snapshotSeq = 1
-        welcome.snapshot = state.snapshot
+        welcome.snapshot = FrameCodec.encode(state.snapshot)
         welcome.epochKey = EpochKeys.newKey().withUnsafeBytes { Data($0) }
         welcome.admissionCommitKey = EpochKeys.newKey().withUnsafeBytes { Data($0) }
         welcome.topicAccessSecret = TopicAccess.newSecret().withUnsafeBytes { Data($0) }
@@ -194,7 +194,9 @@ struct UntrustedRelayTests {
         var invented = forged
         invented.topicID = String(repeating: "ab", count: 32)
         invented.groupID = GroupRecord.groupID(forTopicID: invented.topicID)
-        invented.snapshot.groupID = invented.groupID
+        var inventedSnapshot = try WireGroupSnapshot(serializedBytes: forged.snapshot)
+        inventedSnapshot.groupID = invented.groupID
+        invented.snapshot = FrameCodec.encode(inventedSnapshot)
         _ = try await mallory.send(invented, codec: GroupWelcomeCodec(), to: bob.inboxID)
         let report = try await bob.syncInbox()
         #expect(report.received.count == 2)

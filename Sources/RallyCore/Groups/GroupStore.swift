@@ -173,6 +173,8 @@ struct OwnCommit: Sendable, Equatable {
     let rejection: String?
     /// The group state right after the commit.
     let snapshot: WireGroupSnapshot
+    /// `snapshot` as stored (what a welcome carries).
+    let encodedSnapshot: Data
 }
 
 extension LocalStore {
@@ -192,7 +194,7 @@ extension LocalStore {
                 OwnCommit(
                     groupID: record.groupID, seq: UInt64(max(0, record.seq)),
                     rejection: record.outcome == "applied" ? nil : record.outcome,
-                    snapshot: try WireGroupSnapshot(serializedBytes: record.snapshot))
+                    snapshot: try WireGroupSnapshot(serializedBytes: record.snapshot), encodedSnapshot: record.snapshot)
             }
         }
     }

@@ -23,15 +23,25 @@ public struct GroupWelcomeCodec: ContentCodec {
     }
 
     public func fallback(for value: WireGroupWelcome) -> String? {
-        "You were added to the group \"\(value.snapshot.profile.name)\"; update Rally to open it."
+        "You were added to the group \"\(Self.summary(of: value).profile.name)\"; update Rally to open it."
     }
 
     public func shouldPush(_ value: WireGroupWelcome) -> Bool { true }
 
     public func summary(of value: WireGroupWelcome) -> String {
-        let added = "added you to the group \"\(value.snapshot.profile.name)\" (\(value.groupID))"
-        let welcome = value.snapshot.welcomeMessage
+        let snapshot = Self.summary(of: value)
+        let added = "added you to the group \"\(snapshot.profile.name)\" (\(value.groupID))"
+        let welcome = snapshot.welcomeMessage
         return welcome.isEmpty ? added : added + "\nWelcome message: " + welcome
+    }
+
+    /// The name and welcome message of the snapshot, without decoding its
+    /// members (empty when the snapshot is malformed: opening the welcome
+    /// refuses it then).
+    static func summary(of welcome: WireGroupWelcome) -> WireGroupSnapshotSummary {
+        (try? FrameCodec.decodePart(
+            WireGroupSnapshotSummary.self, from: welcome.snapshot, limit: WireLimits.maxPayloadBytes))
+            ?? WireGroupSnapshotSummary()
     }
 
     /// The welcome carried by a stored message, if it is one.

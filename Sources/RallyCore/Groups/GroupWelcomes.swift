@@ -69,7 +69,7 @@ struct GroupWelcomes: Sendable {
                 let after = try store.epochKey(group: groupID, epoch: own.snapshot.epoch)
             else { return }
             common.snapshotSeq = own.seq
-            common.snapshot = own.snapshot
+            common.snapshot = own.encodedSnapshot
             common.epochKey = after.withUnsafeBytes { Data($0) }
             common.admissionCommitKey = CommitSealing.commitKey(epochKey: before).withUnsafeBytes { Data($0) }
             common.epochLink = CommitSealing.epochLink(
@@ -212,9 +212,9 @@ struct GroupWelcomes: Sendable {
         let history = history(of: welcome, topic: record.topic, now: now)
         let isNew = try context.stored { () throws(LocalStoreError) in
             // The state was decoded from the welcome's snapshot: stored as
-            // that, without sorting and building it again.
+            // received, without building it again.
             try store.ingestWelcome(
-                record, snapshot: FrameCodec.encode(welcome.snapshot),
+                record, snapshot: welcome.snapshot,
                 epochKey: (record.state.epoch, SymmetricKey(data: welcome.epochKey)),
                 groupCursor: welcome.snapshotSeq, inboxTopic: topic, inboxSeq: seq, message: message,
                 inviteSeed: inviteSeed, joinEvent: joinEvent, history: history, now: now)
@@ -243,7 +243,7 @@ struct GroupWelcomes: Sendable {
     /// the snapshot is the state that commit's transcript leads to.
     private func verify(_ welcome: WireGroupWelcome) async throws(RallyClientError) -> Result<GroupRecord, Problem> {
         let identity = context.identity
-        guard welcome.groupID == welcome.snapshot.groupID, (try? TopicName.group(welcome.topicID)) != nil,
+        guard (try? TopicName.group(welcome.topicID)) != nil,
             welcome.groupID == GroupRecord.groupID(forTopicID: welcome.topicID)
         else { return .failure(.malformed("the group id does not name its topic")) }
         guard welcome.epochKey.count == EpochKeys.keyByteCount,
@@ -252,9 +252,14 @@ struct GroupWelcomes: Sendable {
         else { return .failure(.malformed("keys")) }
         let state: GroupState
         do {
-            state = try GroupState(snapshot: welcome.snapshot)
+            state = try GroupState(
+                snapshot: FrameCodec.decode(
+                    WireGroupSnapshot.self, from: welcome.snapshot, limit: WireLimits.maxPayloadBytes))
         } catch {
             return .failure(.malformed("snapshot"))
+        }
+        guard state.groupID == welcome.groupID else {
+            return .failure(.malformed("the group id does not name its topic"))
         }
         guard let me = state.members[identity.inboxID], me.identity.hasSameKeys(as: identity.publicIdentity) else {
             return .failure(.notIncluded)

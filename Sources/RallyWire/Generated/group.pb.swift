@@ -1392,14 +1392,11 @@ public nonisolated struct WireGroupWelcome: Sendable {
   /// newcomer reads the log from the next seq on.
   public var snapshotSeq: UInt64 = 0
 
-  public var snapshot: WireGroupSnapshot {
-    get {_snapshot ?? WireGroupSnapshot()}
-    set {_snapshot = newValue}
-  }
-  /// Returns true if `snapshot` has been explicitly set.
-  public var hasSnapshot: Bool {self._snapshot != nil}
-  /// Clears the value of `snapshot`. Subsequent reads from it will return its default value.
-  public mutating func clearSnapshot() {self._snapshot = nil}
+  /// A serialized GroupSnapshot. Bytes rather than the nested message (the
+  /// encoding on the wire is the same): the admitting client writes the
+  /// encoding it stored into every welcome of a round, and the newcomer
+  /// stores it as received, neither building it again.
+  public var snapshot: Data = Data()
 
   public var epochKey: Data = Data()
 
@@ -1437,8 +1434,32 @@ public nonisolated struct WireGroupWelcome: Sendable {
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
+}
 
-  fileprivate var _snapshot: WireGroupSnapshot? = nil
+/// What a welcome's summary shows of its snapshot, under the same field
+/// numbers as GroupSnapshot: a snapshot's bytes decoded as this (unknown
+/// fields discarded) skip the members.
+public nonisolated struct WireGroupSnapshotSummary: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var profile: WireGroupProfile {
+    get {_profile ?? WireGroupProfile()}
+    set {_profile = newValue}
+  }
+  /// Returns true if `profile` has been explicitly set.
+  public var hasProfile: Bool {self._profile != nil}
+  /// Clears the value of `profile`. Subsequent reads from it will return its default value.
+  public mutating func clearProfile() {self._profile = nil}
+
+  public var welcomeMessage: String = String()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+
+  fileprivate var _profile: WireGroupProfile? = nil
 }
 
 public nonisolated struct WireSharedHistoryMessage: Sendable {
@@ -3799,7 +3820,7 @@ nonisolated extension WireGroupWelcome: SwiftProtobuf.Message, SwiftProtobuf._Me
       case 1: try { try decoder.decodeSingularStringField(value: &self.groupID) }()
       case 2: try { try decoder.decodeSingularStringField(value: &self.topicID) }()
       case 3: try { try decoder.decodeSingularUInt64Field(value: &self.snapshotSeq) }()
-      case 4: try { try decoder.decodeSingularMessageField(value: &self._snapshot) }()
+      case 4: try { try decoder.decodeSingularBytesField(value: &self.snapshot) }()
       case 5: try { try decoder.decodeSingularBytesField(value: &self.epochKey) }()
       case 6: try { try decoder.decodeSingularStringField(value: &self.inviteTag) }()
       case 7: try { try decoder.decodeSingularBytesField(value: &self.inviteProof) }()
@@ -3815,10 +3836,6 @@ nonisolated extension WireGroupWelcome: SwiftProtobuf.Message, SwiftProtobuf._Me
   }
 
   public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
-    // The use of inline closures is to circumvent an issue where the compiler
-    // allocates stack space for every if/case branch local when no optimizations
-    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
-    // https://github.com/apple/swift-protobuf/issues/1182
     if !self.groupID.isEmpty {
       try visitor.visitSingularStringField(value: self.groupID, fieldNumber: 1)
     }
@@ -3828,9 +3845,9 @@ nonisolated extension WireGroupWelcome: SwiftProtobuf.Message, SwiftProtobuf._Me
     if self.snapshotSeq != 0 {
       try visitor.visitSingularUInt64Field(value: self.snapshotSeq, fieldNumber: 3)
     }
-    try { if let v = self._snapshot {
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 4)
-    } }()
+    if !self.snapshot.isEmpty {
+      try visitor.visitSingularBytesField(value: self.snapshot, fieldNumber: 4)
+    }
     if !self.epochKey.isEmpty {
       try visitor.visitSingularBytesField(value: self.epochKey, fieldNumber: 5)
     }
@@ -3865,7 +3882,7 @@ nonisolated extension WireGroupWelcome: SwiftProtobuf.Message, SwiftProtobuf._Me
     if lhs.groupID != rhs.groupID {return false}
     if lhs.topicID != rhs.topicID {return false}
     if lhs.snapshotSeq != rhs.snapshotSeq {return false}
-    if lhs._snapshot != rhs._snapshot {return false}
+    if lhs.snapshot != rhs.snapshot {return false}
     if lhs.epochKey != rhs.epochKey {return false}
     if lhs.inviteTag != rhs.inviteTag {return false}
     if lhs.inviteProof != rhs.inviteProof {return false}
@@ -3875,6 +3892,45 @@ nonisolated extension WireGroupWelcome: SwiftProtobuf.Message, SwiftProtobuf._Me
     if lhs.joinRequestID != rhs.joinRequestID {return false}
     if lhs.epochLink != rhs.epochLink {return false}
     if lhs.history != rhs.history {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension WireGroupSnapshotSummary: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".GroupSnapshotSummary"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\u{3}profile\0\u{4}\u{10}welcome_message\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 3: try { try decoder.decodeSingularMessageField(value: &self._profile) }()
+      case 19: try { try decoder.decodeSingularStringField(value: &self.welcomeMessage) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
+    try { if let v = self._profile {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 3)
+    } }()
+    if !self.welcomeMessage.isEmpty {
+      try visitor.visitSingularStringField(value: self.welcomeMessage, fieldNumber: 19)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: WireGroupSnapshotSummary, rhs: WireGroupSnapshotSummary) -> Bool {
+    if lhs._profile != rhs._profile {return false}
+    if lhs.welcomeMessage != rhs.welcomeMessage {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
