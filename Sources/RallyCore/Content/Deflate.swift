@@ -50,14 +50,29 @@ public enum Deflate {
     }
 
     public static func compress(_ input: Data, format: Format = .raw, effort: Effort = .smallest) -> Data {
+        deflate(input, format: format, effort: effort, flush: .finish)
+    }
+
+    /// The start of a raw DEFLATE stream: `input` in blocks none of which
+    /// is the last, ending on a byte boundary (zlib's sync flush). Followed
+    /// by a whole raw stream of other bytes (`compress`), it makes one
+    /// stream that inflates to `input` and then those bytes, because that
+    /// stream refers back to nothing before it. So bytes that several
+    /// messages start with are deflated once for all of them.
+    public static func compressHead(_ input: Data, effort: Effort = .smallest) -> Data {
+        deflate(input, format: .raw, effort: effort, flush: .sync)
+    }
+
+    private static func deflate(_ input: Data, format: Format, effort: Effort, flush: CompressNIOFlush) -> Data {
         do {
             let deflater = try ZlibCompressor(
                 algorithm: format.algorithm, configuration: ZlibConfiguration(compressionLevel: effort.level))
             var source = ByteBuffer(bytes: input)
-            // deflateBound's room: one call with `.finish` writes the whole stream.
+            // deflateBound's room (and the sync flush's marker): one call
+            // writes all of it.
             var packed = ByteBuffer()
             packed.reserveCapacity(deflater.maxSize(from: source))
-            try deflater.deflate(from: &source, to: &packed, flush: .finish)
+            try deflater.deflate(from: &source, to: &packed, flush: flush)
             return Data(packed.readableBytesView)
         } catch {
             // Only running out of memory fails here: no stream to return.
@@ -145,11 +160,62 @@ public enum ContentCompression {
     /// Compresses content bytes with DEFLATE when that makes them smaller.
     public static func compressedIfUseful(_ content: WireEncodedContent) -> WireEncodedContent {
         guard !content.hasCompression, content.content.count >= threshold else { return content }
-        let packed = Deflate.compress(content.content, format: .raw, effort: .fastest)
+        return compressed(content, as: Deflate.compress(content.content, format: .raw, effort: .fastest))
+    }
+
+    /// Shortest start that several contents share for it to be deflated
+    /// once for all of them.
+    static let sharedHeadThreshold = 4 * 1024
+
+    /// Each content as `compressedIfUseful` would make it, but the bytes
+    /// every one of them starts with (a round of welcomes: the group's
+    /// whole state, then each newcomer's few fields) are deflated once
+    /// (`Deflate.compressHead`) and only each one's rest on its own. The
+    /// streams differ from deflating each whole only in not matching the
+    /// rest against the shared start; readers inflate them alike.
+    public static func compressedSharingHead(_ contents: [WireEncodedContent]) -> [WireEncodedContent] {
+        let candidates = contents.indices.filter {
+            !contents[$0].hasCompression && contents[$0].content.count >= threshold
+        }
+        guard candidates.count > 1, let first = candidates.first else { return contents.map(compressedIfUseful) }
+        var shared = contents[first].content.count
+        for index in candidates.dropFirst() {
+            shared = commonPrefixCount(contents[first].content, contents[index].content, upTo: shared)
+        }
+        guard shared >= sharedHeadThreshold else { return contents.map(compressedIfUseful) }
+        let head = Deflate.compressHead(contents[first].content.prefix(shared), effort: .fastest)
+        guard !head.isEmpty else { return contents.map(compressedIfUseful) }
+        var result = contents
+        for index in candidates {
+            let bytes = contents[index].content
+            let tail = Deflate.compress(bytes.suffix(from: bytes.startIndex + shared), format: .raw, effort: .fastest)
+            result[index] = tail.isEmpty ? contents[index] : compressed(contents[index], as: head + tail)
+        }
+        return result
+    }
+
+    private static func compressed(_ content: WireEncodedContent, as packed: Data) -> WireEncodedContent {
         guard !packed.isEmpty, packed.count < content.content.count else { return content }
         var result = content
         result.content = packed
         result.compression = .deflate
         return result
+    }
+
+    /// How many bytes `a` and `b` start with alike, at most `limit`:
+    /// compared a page at a time.
+    static func commonPrefixCount(_ a: Data, _ b: Data, upTo limit: Int) -> Int {
+        let limit = min(limit, a.count, b.count)
+        return a.withUnsafeBytes { a in
+            b.withUnsafeBytes { b in
+                let page = 4096
+                var same = 0
+                while same + page <= limit, memcmp(a.baseAddress! + same, b.baseAddress! + same, page) == 0 {
+                    same += page
+                }
+                while same < limit, a[same] == b[same] { same += 1 }
+                return same
+            }
+        }
     }
 }

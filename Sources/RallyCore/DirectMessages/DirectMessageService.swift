@@ -32,13 +32,25 @@ struct DirectMessageService: Sendable {
         let now = context.clock.now()
         var queued: [(message: StoredMessage?, item: OutboxRecord)] = []
         var stored: [StoredMessage] = []
-        // Sealing is the CPU-bound part: a round of welcomes to a large
-        // group seals the group's whole state once per newcomer, so a
-        // batch is prepared on every core.
+        // A round of welcomes carries the group's whole state in each: what
+        // they all start with is deflated once.
+        let contents: [WireEncodedContent]
+        do {
+            contents = ContentCompression.compressedSharingHead(
+                try messages.map { message throws(ContentError) in
+                    try context.codecs.encode(message.value, with: codec)
+                })
+        } catch {
+            throw .content(error)
+        }
+        // Signing and sealing are the CPU-bound part, a key agreement and a
+        // signature each over the whole welcome: a batch is prepared on
+        // every core.
         let prepared = await Array(messages.indices).mapOnEveryCore { index in
             let (value, recipient, messageID) = messages[index]
             return Result { () throws(RallyClientError) in
-                try prepare(value, codec: codec, to: recipient, messageID: messageID, at: now)
+                try prepare(
+                    value, codec: codec, content: contents[index], to: recipient, messageID: messageID, at: now)
             }
         }
         for result in prepared {
@@ -70,9 +82,10 @@ struct DirectMessageService: Sendable {
 
     /// One message sealed, as this home keeps it and as the outbox sends it.
     private func prepare<C: ContentCodec>(
-        _ value: C.Value, codec: C, to recipient: PublicIdentity, messageID: Data?, at now: Date
+        _ value: C.Value, codec: C, content: WireEncodedContent, to recipient: PublicIdentity, messageID: Data?,
+        at now: Date
     ) throws(RallyClientError) -> (message: StoredMessage, item: OutboxRecord) {
-        let (sealed, body) = try seal(value, codec: codec, to: recipient, messageID: messageID, at: now)
+        let (sealed, body) = try seal(content, to: recipient, messageID: messageID, at: now)
         let content = body.content
         let topic = try! TopicName.inbox(recipient.inboxID.rawValue)
         let decoded = context.codecs.described(value, encodedBy: codec, as: content)
@@ -98,11 +111,17 @@ struct DirectMessageService: Sendable {
     ) throws(RallyClientError) -> (sealed: Data, body: WireMessageBody) {
         let content: WireEncodedContent
         do {
-            let plain = try context.codecs.encode(value, with: codec)
-            content = ContentCompression.compressedIfUseful(plain)
+            content = ContentCompression.compressedIfUseful(try context.codecs.encode(value, with: codec))
         } catch {
             throw .content(error)
         }
+        return try seal(content, to: recipient, messageID: messageID, at: now)
+    }
+
+    /// Encoded (and maybe compressed) content signed and sealed.
+    private func seal(
+        _ content: WireEncodedContent, to recipient: PublicIdentity, messageID: Data?, at now: Date
+    ) throws(RallyClientError) -> (sealed: Data, body: WireMessageBody) {
         let identity = context.identity
         var body = WireMessageBody()
         body.messageID = messageID ?? MessageSealing.newMessageID()
