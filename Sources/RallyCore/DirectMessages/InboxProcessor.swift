@@ -14,6 +14,15 @@ public struct InboxProcessor: Sendable {
     }
 
     public func process(_ envelope: WireEnvelope, receivedAt: Date) -> Result<StoredMessage, InboxRejection> {
+        processDecoded(envelope, receivedAt: receivedAt).map(\.message)
+    }
+
+    /// The stored message and the value its content decoded to (nil for
+    /// an unknown or undecodable type), so nothing decodes it again: a
+    /// welcome's content is the group's whole state.
+    func processDecoded(
+        _ envelope: WireEnvelope, receivedAt: Date
+    ) -> Result<(message: StoredMessage, value: (any Sendable)?), InboxRejection> {
         let verified: VerifiedMessage
         do {
             verified = try MessageSealing.open(envelope.payload, as: identity)
@@ -22,21 +31,21 @@ public struct InboxProcessor: Sendable {
         }
         let content = verified.body.content
         let decoded = codecs.decode(content)
-        return .success(
-            StoredMessage(
-                id: verified.messageID.hexString,
-                conversation: verified.sender.inboxID.rawValue,
-                outgoing: false,
-                sender: verified.sender.inboxID,
-                senderName: verified.sender.displayName,
-                sentAt: Date(milliseconds: verified.body.sentAtMs),
-                receivedAt: receivedAt,
-                topic: envelope.topic,
-                seq: envelope.seq,
-                contentType: decoded.contentType.description,
-                encodedContent: FrameCodec.encode(content),
-                displayText: decoded.displayText,
-                isKnownType: decoded.isKnown))
+        let message = StoredMessage(
+            id: verified.messageID.hexString,
+            conversation: verified.sender.inboxID.rawValue,
+            outgoing: false,
+            sender: verified.sender.inboxID,
+            senderName: verified.sender.displayName,
+            sentAt: Date(milliseconds: verified.body.sentAtMs),
+            receivedAt: receivedAt,
+            topic: envelope.topic,
+            seq: envelope.seq,
+            contentType: decoded.contentType.description,
+            encodedContent: FrameCodec.encode(content),
+            displayText: decoded.displayText,
+            isKnownType: decoded.isKnown)
+        return .success((message, decoded.value))
     }
 }
 

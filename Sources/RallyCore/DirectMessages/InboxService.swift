@@ -55,8 +55,8 @@ struct InboxService: Sendable {
     ) async throws(RallyClientError) {
         let store = context.store
         let now = context.clock.now()
-        switch processor.process(envelope, receivedAt: now) {
-        case .success(let message):
+        switch processor.processDecoded(envelope, receivedAt: now) {
+        case .success(let (message, value)):
             let isNew: Bool
             if NomineeService.handles(message) {
                 // Acted on before the cursor moves (idempotently), so a
@@ -67,7 +67,9 @@ struct InboxService: Sendable {
                 isNew = try context.stored { () throws(LocalStoreError) in
                     try store.ingest(topic: topic, seq: envelope.seq, message: kept, now: now)
                 }
-            } else if let welcome = GroupWelcomeCodec.welcome(in: message, codecs: context.codecs) {
+            } else if message.contentType == GroupWelcomeCodec.contentType.description,
+                let welcome = value as? WireGroupWelcome
+            {
                 let taken = try await welcomes.take(
                     welcome, message: message, topic: topic, seq: envelope.seq,
                     join: joins.match(welcome, from: message.sender))

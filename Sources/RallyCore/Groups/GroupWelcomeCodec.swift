@@ -43,12 +43,4 @@ public struct GroupWelcomeCodec: ContentCodec {
             WireGroupSnapshotSummary.self, from: welcome.snapshot, limit: WireLimits.maxPayloadBytes))
             ?? WireGroupSnapshotSummary()
     }
-
-    /// The welcome carried by a stored message, if it is one.
-    static func welcome(in message: StoredMessage, codecs: CodecRegistry) -> WireGroupWelcome? {
-        guard message.contentType == contentType.description,
-            let content = try? WireEncodedContent(serializedBytes: message.encodedContent)
-        else { return nil }
-        return codecs.decode(content).value as? WireGroupWelcome
-    }
 }
