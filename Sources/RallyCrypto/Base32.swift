@@ -11,22 +11,27 @@ public enum Base32 {
     }()
 
     public static func encode(_ data: some Collection<UInt8>) -> String {
-        var out = [UInt8]()
-        out.reserveCapacity((data.count * 8 + 4) / 5)
-        var buffer: UInt32 = 0
-        var bits = 0
-        for byte in data {
-            buffer = (buffer << 8) | UInt32(byte)
-            bits += 8
-            while bits >= 5 {
-                bits -= 5
-                out.append(alphabet[Int((buffer >> UInt32(bits)) & 0x1F)])
+        // Written straight into the string's storage: an inbox id is
+        // encoded for every member of a group a newcomer reads.
+        String(unsafeUninitializedCapacity: (data.count * 8 + 4) / 5) { out in
+            var written = 0
+            var buffer: UInt32 = 0
+            var bits = 0
+            for byte in data {
+                buffer = (buffer << 8) | UInt32(byte)
+                bits += 8
+                while bits >= 5 {
+                    bits -= 5
+                    out[written] = alphabet[Int((buffer >> UInt32(bits)) & 0x1F)]
+                    written += 1
+                }
             }
+            if bits > 0 {
+                out[written] = alphabet[Int((buffer << UInt32(5 - bits)) & 0x1F)]
+                written += 1
+            }
+            return written
         }
-        if bits > 0 {
-            out.append(alphabet[Int((buffer << UInt32(5 - bits)) & 0x1F)])
-        }
-        return String(decoding: out, as: UTF8.self)
     }
 
     /// Returns nil for any character outside the alphabet or for trailing

@@ -13,7 +13,7 @@ public struct InboxID: Hashable, Sendable, Codable, Comparable, CustomStringConv
 
     public init(signingPublicKey: Data) {
         let digest = SHA256.hash(data: signingPublicKey)
-        rawValue = Base32.encode(Array(digest.prefix(Self.byteCount)))
+        rawValue = digest.withUnsafeBytes { Base32.encode($0.prefix(Self.byteCount)) }
     }
 
     public init(validating text: String) throws(RallyCryptoError) {

@@ -285,6 +285,7 @@ public struct GroupState: Sendable, Equatable {
                 throw .invalidMember("retired invite identity: \(error.description)")
             }
         }
+        members.reserveCapacity(snapshot.members.count)
         for record in snapshot.members {
             let identity: PublicIdentity
             do {
