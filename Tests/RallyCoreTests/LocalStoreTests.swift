@@ -305,6 +305,48 @@ struct LocalStoreTests {
         return (owner, record)
     }
 
+    /// A welcome's snapshot is stored as the bytes it came in: bytes with a
+    /// field this version does not know, or in another order than it
+    /// writes, still read back as the state the newcomer checked, and the
+    /// next entry of the log stores the state in this version's encoding.
+    @Test func aWelcomesSnapshotIsStoredAsReceivedAndReadsAsTheStateItDecodedTo() throws {
+        let temp = TemporaryHome()
+        defer { temp.remove() }
+        let (owner, record) = try createdGroup()
+        var wire = record.state.snapshot
+        // Field 999, length-delimited: unknown to this version.
+        try wire.merge(serializedBytes: Data([0xBA, 0x3E, 0x03, 0x61, 0x62, 0x63]))
+        let received = FrameCodec.encode(wire)
+        #expect(received != FrameCodec.encode(record.state.snapshot))
+        let welcome = StoredMessage(
+            id: "w1", conversation: owner.inboxID.rawValue, outgoing: false, sender: owner.inboxID,
+            senderName: "Olive", sentAt: Fixtures.created, receivedAt: Fixtures.created, topic: "inbox/me", seq: 1,
+            contentType: GroupWelcomeCodec.contentType.description, encodedContent: Data(), displayText: "welcome",
+            isKnownType: true)
+        let store = try temp.openStore()
+        #expect(
+            try store.ingestWelcome(
+                record, snapshot: received, epochKey: (1, EpochKeys.newKey()), groupCursor: 1,
+                inboxTopic: try TopicName(validating: "inbox/me"), inboxSeq: 1, message: welcome, now: Fixtures.created)
+        )
+        let stored = try store.read { db in
+            try Data.fetchOne(
+                db, sql: "SELECT snapshot FROM group_info WHERE group_id = ?", arguments: [record.groupID])
+        }
+        #expect(stored == received)
+        #expect(try temp.openStore().group(GroupTest.groupID)?.state == record.state)
+
+        var next = record
+        _ = try next.state.apply(
+            GroupTest.commit(GroupTest.updateProfile("Climbers"), by: owner, on: next.state), signedBy: owner)
+        try store.ingestGroupEntry(next, seq: 2, epochKey: nil, message: nil)
+        let rewritten = try store.read { db in
+            try Data.fetchOne(
+                db, sql: "SELECT snapshot FROM group_info WHERE group_id = ?", arguments: [record.groupID])
+        }
+        #expect(rewritten == FrameCodec.encode(next.state.snapshot))
+    }
+
     @Test func aGroupRecordKeepsItsAccessSecretEpochLinkControlSeqAndDivergence() throws {
         let temp = TemporaryHome()
         defer { temp.remove() }
