@@ -347,6 +347,49 @@ struct LocalStoreTests {
         #expect(rewritten == FrameCodec.encode(next.state.snapshot))
     }
 
+    /// v11-welcome-copies: welcomes stored before it kept the group's keys
+    /// and state; afterwards each keeps what it shows. Other messages, and
+    /// a welcome that does not decode, stay as they were.
+    @Test func welcomesStoredWithTheirKeysAreRewrittenWithout() throws {
+        let temp = TemporaryHome()
+        defer { temp.remove() }
+        let (owner, record) = try createdGroup()
+        var welcome = WireGroupWelcome()
+        welcome.groupID = record.groupID
+        welcome.topicID = record.topicID
+        welcome.snapshot = FrameCodec.encode(record.state.snapshot)
+        welcome.epochKey = Data(repeating: 9, count: 32)
+        welcome.topicAccessSecret = Data(repeating: 8, count: 32)
+        welcome.inviteSeed = Data(repeating: 7, count: 32)
+        func message(_ id: String, _ content: WireEncodedContent, type: ContentTypeID) -> StoredMessage {
+            StoredMessage(
+                id: id, conversation: owner.inboxID.rawValue, outgoing: false, sender: owner.inboxID,
+                senderName: "Olive", sentAt: Fixtures.created, receivedAt: Fixtures.created, topic: "inbox/me",
+                seq: 1, contentType: type.description, encodedContent: FrameCodec.encode(content), displayText: "",
+                isKnownType: true)
+        }
+        let full = ContentCompression.compressedIfUseful(try GroupWelcomeCodec().encode(welcome))
+        var garbage = WireEncodedContent()
+        garbage.type = GroupWelcomeCodec.contentType.wire
+        garbage.content = Data([0xFF, 0xFF])
+        let text = try TextCodec().encode("hello")
+        let store = try temp.openStore()
+        try store.write { db in
+            _ = try MessageRecord.insert(message("w", full, type: GroupWelcomeCodec.contentType), db)
+            _ = try MessageRecord.insert(message("g", garbage, type: GroupWelcomeCodec.contentType), db)
+            _ = try MessageRecord.insert(message("t", text, type: TextCodec.contentType), db)
+            try MessageRecord.keepLessOfWelcomes(db)
+        }
+        let stored = Dictionary(uniqueKeysWithValues: try store.messages().map { ($0.id, $0.encodedContent) })
+        let keptBytes = try #require(stored["w"])
+        let keptContent = try WireEncodedContent(serializedBytes: keptBytes)
+        let kept = try #require(CodecRegistry.standard.decode(keptContent).value as? WireGroupWelcome)
+        #expect(kept == GroupWelcomeCodec().keptCopy(of: welcome))
+        #expect(kept.epochKey.isEmpty && kept.topicAccessSecret.isEmpty && kept.inviteSeed.isEmpty)
+        #expect(stored["g"] == FrameCodec.encode(garbage))
+        #expect(stored["t"] == FrameCodec.encode(text))
+    }
+
     @Test func aGroupRecordKeepsItsAccessSecretEpochLinkControlSeqAndDivergence() throws {
         let temp = TemporaryHome()
         defer { temp.remove() }

@@ -86,6 +86,37 @@ struct JoinFlowTests {
         await w.world.stop([w.owner, bob])
     }
 
+    @Test("A stored welcome keeps the group's name, not its keys or state, on the joiner's device and the admin's")
+    func storedWelcomesKeepNoKeys() async throws {
+        let (w, invite) = try await InviteWorld.start()
+        let bob = try await w.user("bob")
+        let attempt = try await requestJoin(bob, invite.appLink)
+        _ = try await w.owner.processJoinRequests()
+        #expect(try await joinState(bob, attempt).phase == .joined)
+
+        for client in [bob, w.owner] {
+            let welcomes = try client.store.messages(conversation: nil).filter {
+                $0.contentType == GroupWelcomeCodec.contentType.description
+            }
+            #expect(welcomes.count == 1)
+            let message = try #require(welcomes.first)
+            #expect(message.displayText.contains("\"Picnic\""))
+            let content = try WireEncodedContent(serializedBytes: message.encodedContent)
+            let kept = try #require(CodecRegistry.standard.decode(content).value as? WireGroupWelcome)
+            #expect(kept.groupID == w.groupID)
+            #expect(kept.epochKey.isEmpty && kept.admissionCommitKey.isEmpty && kept.topicAccessSecret.isEmpty)
+            #expect(kept.inviteSeed.isEmpty && kept.epochLink.isEmpty && kept.topicID.isEmpty)
+            // Of the state, the name and the welcome message; no member.
+            let snapshot = try WireGroupSnapshot(serializedBytes: kept.snapshot)
+            #expect(snapshot.profile.name == "Picnic" && snapshot.members.isEmpty && snapshot.transcript.isEmpty)
+            #expect(GroupWelcomeCodec().summary(of: kept) == message.displayText)
+        }
+        // The keys are where keys live.
+        let group = try await bob.group(w.groupID)
+        #expect(try bob.store.epochKey(group: w.groupID, epoch: group.state.epoch) != nil)
+        await w.world.stop([w.owner, bob])
+    }
+
     @Test("An invite that fails local validation sends nothing")
     func invalidInviteSendsNothing() async throws {
         let (w, invite) = try await InviteWorld.start(options: InviteOptions(expiresIn: 60))

@@ -67,6 +67,18 @@ public struct CodecRegistry: Sendable {
             contentType: codec.contentType, value: value, displayText: codec.summary(of: value), isKnown: true)
     }
 
+    /// The content a home stores for a message whose content decoded to
+    /// `value`: the codec's kept copy when it keeps less, else `content`.
+    func keptContent(_ content: WireEncodedContent, decodedAs value: (any Sendable)?) -> WireEncodedContent {
+        guard let value, let codec = codec(for: ContentTypeID(wire: content.type)) else { return content }
+        return kept(value, by: codec) ?? content
+    }
+
+    private func kept<C: ContentCodec>(_ value: any Sendable, by codec: C) -> WireEncodedContent? {
+        guard let value = value as? C.Value, let kept = codec.keptCopy(of: value) else { return nil }
+        return try? encode(kept, with: codec)
+    }
+
     /// Decodes content. Never throws for an unknown or undecodable type:
     /// those are kept and shown by their fallback.
     public func decode(_ content: WireEncodedContent) -> DecodedContent {

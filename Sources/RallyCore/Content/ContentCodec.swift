@@ -13,6 +13,15 @@ public protocol ContentCodec<Value>: Sendable {
     func shouldPush(_ value: Value) -> Bool
     /// A one-line rendering for lists and the CLI.
     func summary(of value: Value) -> String
+    /// What a home stores of a value it sent or received when that is less
+    /// than the value (nil, the default: all of it). A welcome is acted on
+    /// once; its copy keeps what its summary shows, not the group's keys
+    /// and state.
+    func keptCopy(of value: Value) -> Value?
+}
+
+extension ContentCodec {
+    public func keptCopy(of value: Value) -> Value? { nil }
 }
 
 public enum ContentError: Error, Equatable, Sendable, CustomStringConvertible {

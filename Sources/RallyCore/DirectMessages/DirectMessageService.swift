@@ -93,7 +93,8 @@ struct DirectMessageService: Sendable {
             id: body.messageID.hexString, conversation: recipient.inboxID.rawValue, outgoing: true,
             sender: context.identity.inboxID, senderName: context.identity.displayName, sentAt: now,
             receivedAt: now, topic: topic.rawValue, seq: nil, contentType: decoded.contentType.description,
-            encodedContent: FrameCodec.encode(content), displayText: decoded.displayText,
+            encodedContent: FrameCodec.encode(context.codecs.keptContent(content, decodedAs: decoded.value)),
+            displayText: decoded.displayText,
             isKnownType: decoded.isKnown)
         // Queued with the message in one transaction, then sent with
         // everything queued before it: a message typed while the relay

@@ -42,7 +42,7 @@ public struct InboxProcessor: Sendable {
             topic: envelope.topic,
             seq: envelope.seq,
             contentType: decoded.contentType.description,
-            encodedContent: FrameCodec.encode(content),
+            encodedContent: FrameCodec.encode(codecs.keptContent(content, decodedAs: decoded.value)),
             displayText: decoded.displayText,
             isKnownType: decoded.isKnown)
         return .success((message, decoded.value))

@@ -108,6 +108,23 @@ struct MessageRecord: Codable, FetchableRecord, PersistableRecord {
         return false
     }
 
+    /// Rewrites every stored welcome as the copy a home now keeps of one.
+    /// One that does not decode is left as it is.
+    static func keepLessOfWelcomes(_ db: Database) throws {
+        let codecs = CodecRegistry.standard
+        let rows = try Row.fetchAll(
+            db, sql: "SELECT id, content FROM message WHERE content_type = ?",
+            arguments: [GroupWelcomeCodec.contentType.description])
+        for row in rows {
+            let bytes: Data = row["content"]
+            guard let content = try? WireEncodedContent(serializedBytes: bytes) else { continue }
+            let kept = codecs.keptContent(content, decodedAs: codecs.decode(content).value)
+            guard kept != content else { continue }
+            try db.execute(
+                sql: "UPDATE message SET content = ? WHERE id = ?", arguments: [FrameCodec.encode(kept), row["id"]])
+        }
+    }
+
     /// This device's own message gets the place the relay gave it (once).
     static func place(_ messageID: String, at seq: UInt64, _ db: Database) throws {
         try db.run(cached: "UPDATE message SET seq = ? WHERE id = ? AND seq IS NULL", [Int64(seq), messageID])

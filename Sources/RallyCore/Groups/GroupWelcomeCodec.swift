@@ -35,6 +35,17 @@ public struct GroupWelcomeCodec: ContentCodec {
         return welcome.isEmpty ? added : added + "\nWelcome message: " + welcome
     }
 
+    /// A stored welcome keeps its group id and what its summary shows. Its
+    /// keys (epoch key, commit key, access secret, invite seed) belong in
+    /// the secret store only, and its state in the group's record, which
+    /// the newcomer keeps up to date; nothing reads them from the message.
+    public func keptCopy(of value: WireGroupWelcome) -> WireGroupWelcome? {
+        var kept = WireGroupWelcome()
+        kept.groupID = value.groupID
+        kept.snapshot = FrameCodec.encode(Self.summary(of: value))
+        return kept
+    }
+
     /// The name and welcome message of the snapshot, without decoding its
     /// members (empty when the snapshot is malformed: opening the welcome
     /// refuses it then).

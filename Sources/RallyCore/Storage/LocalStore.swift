@@ -160,6 +160,11 @@ final class LocalStore: Sendable {
         migrator.registerMigration("v10-call-rooms") { db in
             try CallRoomRecord.createTable(db)
         }
+        migrator.registerMigration("v11-welcome-copies") { db in
+            // Stored welcomes kept the group's keys and whole state; they
+            // keep what they show (GroupWelcomeCodec.keptCopy).
+            try MessageRecord.keepLessOfWelcomes(db)
+        }
         return migrator
     }
 
