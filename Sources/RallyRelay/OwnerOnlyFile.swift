@@ -38,17 +38,3 @@ enum OwnerOnlyFile {
         return pool
     }
 }
-
-/// A relay store kept in one SQLite file opened by
-/// ``OwnerOnlyFile/openPool(_:label:)``.
-protocol OwnerOnlySQLiteStore {
-    var pool: DatabasePool { get }
-}
-
-extension OwnerOnlySQLiteStore {
-    /// The writer's `PRAGMA synchronous`: 2 (FULL) makes every commit wait
-    /// for the fsync of the write-ahead log.
-    func writerSynchronousMode() throws -> Int {
-        try pool.writeWithoutTransaction { db in try Int.fetchOne(db, sql: "PRAGMA synchronous") ?? -1 }
-    }
-}

@@ -5,7 +5,8 @@ public import RallyWire
 
 /// The embedded store: one SQLite file in WAL mode with `synchronous=FULL`,
 /// so a returned `append` has reached the disk.
-public final class SQLiteRelayStore: RelayStore, OwnerOnlySQLiteStore {
+public final class SQLiteRelayStore: RelayStore {
+    /// Internal for the durability test, which reads its writer's pragma.
     let pool: DatabasePool
 
     public init(url: URL) throws {

@@ -17,15 +17,8 @@ public enum FrameCodec {
     public static func decode<M: SwiftProtobuf.Message>(
         _ type: M.Type, from bytes: Data, limit: Int
     ) throws(FrameDecodingError) -> M {
-        guard bytes.count <= limit else { throw .tooLarge(size: bytes.count, limit: limit) }
         guard !bytes.isEmpty else { throw .empty }
-        do {
-            var options = BinaryDecodingOptions()
-            options.messageDepthLimit = 32
-            return try M(serializedBytes: bytes, options: options)
-        } catch {
-            throw .malformed(String(describing: error))
-        }
+        return try parse(M.self, bytes, limit: limit, keepingUnknownFields: true)
     }
 
     /// Decodes only the fields `M` names from untrusted bytes, skipping the
@@ -33,11 +26,17 @@ public enum FrameCodec {
     public static func decodePart<M: SwiftProtobuf.Message>(
         _ type: M.Type, from bytes: Data, limit: Int
     ) throws(FrameDecodingError) -> M {
+        try parse(M.self, bytes, limit: limit, keepingUnknownFields: false)
+    }
+
+    private static func parse<M: SwiftProtobuf.Message>(
+        _ type: M.Type, _ bytes: Data, limit: Int, keepingUnknownFields: Bool
+    ) throws(FrameDecodingError) -> M {
         guard bytes.count <= limit else { throw .tooLarge(size: bytes.count, limit: limit) }
         do {
             var options = BinaryDecodingOptions()
             options.messageDepthLimit = 32
-            options.discardUnknownFields = true
+            options.discardUnknownFields = !keepingUnknownFields
             return try M(serializedBytes: bytes, options: options)
         } catch {
             throw .malformed(String(describing: error))

@@ -38,8 +38,8 @@ struct JoinRequestRecordTests {
             requestIDs: ["aa01", "aa02", "aa03"], senders: [alice, mallory, bob], group: groupID)
         #expect(known.seen == ["aa01", "aa02"])
         #expect(known.blocked == [mallory])
-        #expect(try store.isBlocked(mallory, group: groupID))
-        #expect(try !store.isBlocked(mallory, group: "another group"))
+        #expect(
+            try store.joinRequestHistory(requestIDs: [], senders: [mallory], group: "another group").blocked.isEmpty)
         #expect(try store.blockedJoinSenders(group: groupID).map(\.reason) == ["a forged invite"])
         let outcomes = try store.read { db in
             try JoinRequestSeenRecord.fetchAll(db).map { "\($0.requestID) \($0.outcome)" }.sorted()

@@ -284,7 +284,7 @@ struct JoinFlowTests {
             decisions(reports) == [
                 .reject(.genericFailure, reason: "the invite was not made by an admin of this group")
             ])
-        #expect(try !w.owner.store.isBlocked(victim.inboxID, group: w.groupID))
+        #expect(try w.owner.store.blockedJoinSenders(group: w.groupID).isEmpty)
         // Victor is told, instead of waiting forever.
         #expect(try await joinState(victim, attempt).errorType == .genericFailure)
 
@@ -314,8 +314,8 @@ struct JoinFlowTests {
             Issue.record("expected a block, got \(reports)")
             return
         }
-        #expect(try w.owner.store.isBlocked(mallory.inboxID, group: w.groupID))
-        #expect(try !w.owner.store.isBlocked(mallory.inboxID, group: other.groupID))
+        #expect(try w.owner.store.blockedJoinSenders(group: w.groupID).map(\.inbox) == [mallory.inboxID.rawValue])
+        #expect(try w.owner.store.blockedJoinSenders(group: other.groupID).isEmpty)
         // Blocked in one group, she still joins another.
         let elsewhere = try await requestJoin(mallory, otherInvite.appLink)
         _ = try await w.owner.processJoinRequests()

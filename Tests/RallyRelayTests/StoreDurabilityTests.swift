@@ -1,4 +1,5 @@
 import Foundation
+import GRDB
 import RallyTestSupport
 import RallyWire
 import Testing
@@ -21,14 +22,19 @@ struct StoreDurabilityTests {
             let envelopes = try SQLiteRelayStore(url: directory.url.appendingPathComponent("relay.sqlite"))
             let request = PublishRequest(topic: "group/a", payload: Data("x".utf8), idempotencyKey: Data("k".utf8))
             _ = try await envelopes.append([request], serverTimeMilliseconds: 1)
-            let stores: [(String, any OwnerOnlySQLiteStore)] = [
-                ("envelopes", envelopes),
-                ("blobs", try FileBlobStore(dataDirectory: directory.url)),
-                ("escrows", try SQLiteEscrowStore(dataDirectory: directory.url)),
-                ("push targets", try SQLitePushTargetStore(dataDirectory: directory.url)),
+            let pools: [(String, DatabasePool)] = [
+                ("envelopes", envelopes.pool),
+                ("blobs", try FileBlobStore(dataDirectory: directory.url).pool),
+                ("escrows", try SQLiteEscrowStore(dataDirectory: directory.url).pool),
+                ("push targets", try SQLitePushTargetStore(dataDirectory: directory.url).pool),
             ]
-            for (name, store) in stores {
-                #expect(try store.writerSynchronousMode() == Self.full, "\(name)")
+            for (name, pool) in pools {
+                // The writer's pragma: 2 (FULL) makes every commit wait for
+                // the fsync of the write-ahead log.
+                let mode = try await pool.writeWithoutTransaction { db in
+                    try Int.fetchOne(db, sql: "PRAGMA synchronous")
+                }
+                #expect(mode == Self.full, "\(name)")
             }
             try await envelopes.close()
         }

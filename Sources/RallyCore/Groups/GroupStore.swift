@@ -253,7 +253,11 @@ extension LocalStore {
     }
 
     private func saveAccessSecret(of record: GroupRecord) throws(LocalStoreError) {
-        if let secret = record.accessSecret { try setSecret(secret, .topicAccess(record.topicID)) }
+        if let entry = Self.accessSecret(of: record) { try setSecrets([entry]) }
+    }
+
+    private static func accessSecret(of record: GroupRecord) -> (name: SecretName, secret: Data)? {
+        record.accessSecret.map { (.topicAccess(record.topicID), $0) }
     }
 
     /// Finds a group by id or by an unambiguous prefix of it, or by name.
@@ -374,10 +378,8 @@ extension LocalStore {
         try Self.checkSeq(groupCursor)
         try Self.checkSeq(inboxSeq)
         // Both keys in one durable write.
-        var secrets = [(name: SecretName, secret: Data)]()
-        secrets.append((.epochKey(group: record.groupID, epoch: epochKey.0), epochKey.1.withUnsafeBytes { Data($0) }))
-        if let access = record.accessSecret { secrets.append((.topicAccess(record.topicID), access)) }
-        try setSecrets(secrets)
+        let epochSecret = Self.epochKeySecret(epochKey.1, epoch: epochKey.0, group: record.groupID)
+        try setSecrets([epochSecret] + (Self.accessSecret(of: record).map { [$0] } ?? []))
         if let inviteSeed { try saveInviteSeed(inviteSeed, group: record.groupID) }
         return try write { db in
             // Another process on this home took this welcome already.
@@ -441,7 +443,13 @@ extension LocalStore {
     }
 
     func saveEpochKey(_ key: SymmetricKey, epoch: UInt64, group: String) throws(LocalStoreError) {
-        try setSecret(key.withUnsafeBytes { Data($0) }, .epochKey(group: group, epoch: epoch))
+        try setSecrets([Self.epochKeySecret(key, epoch: epoch, group: group)])
+    }
+
+    private static func epochKeySecret(
+        _ key: SymmetricKey, epoch: UInt64, group: String
+    ) -> (name: SecretName, secret: Data) {
+        (.epochKey(group: group, epoch: epoch), key.withUnsafeBytes { Data($0) })
     }
 }
 

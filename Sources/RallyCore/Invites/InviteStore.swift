@@ -219,10 +219,6 @@ extension LocalStore {
         }
     }
 
-    func isBlocked(_ inbox: InboxID, group: String) throws(LocalStoreError) -> Bool {
-        try read { db in try BlockedJoinSenderRecord.exists(db, key: BlockedJoinSenderRecord.key(inbox, group: group)) }
-    }
-
     /// Senders blocked from a group's join requests, with why.
     func blockedJoinSenders(group: String) throws(LocalStoreError) -> [(inbox: String, reason: String)] {
         try read { db in

@@ -16,12 +16,6 @@ struct JoinAttemptRecord: Codable, FetchableRecord, PersistableRecord {
         case requestID = "request_id", tag, record, startedAtMs = "started_at_ms"
     }
 
-    enum Columns {
-        static let tag = Column(CodingKeys.tag)
-        static let startedAtMs = Column(CodingKeys.startedAtMs)
-        static let requestID = Column(CodingKeys.requestID)
-    }
-
     static func createTable(_ db: Database) throws {
         try db.create(table: databaseTableName) { table in
             table.column("request_id", .text).primaryKey()
@@ -60,12 +54,12 @@ struct JoinAttemptRecord: Codable, FetchableRecord, PersistableRecord {
         var machine = attempt.machine
         guard machine.apply(event) == nil else { return attempt }
         attempt.adopt(machine.state, at: now)
-        try JoinAttemptRecord(attempt).save(in: db)
+        try JoinAttemptRecord(attempt).upsert(db)
         return attempt
     }
 
-    /// Inserts or replaces the attempt's row.
-    func save(in db: Database) throws {
+    /// Inserts the attempt's row, or replaces it.
+    func upsert(_ db: Database) throws {
         try db.run(
             cached: """
                 INSERT INTO join_attempt (request_id, tag, record, started_at_ms) VALUES (?, ?, ?, ?)
@@ -78,7 +72,7 @@ struct JoinAttemptRecord: Codable, FetchableRecord, PersistableRecord {
 
 extension LocalStore {
     func saveJoinAttempt(_ attempt: JoinAttempt) throws(LocalStoreError) {
-        try write { db in try JoinAttemptRecord(attempt).save(in: db) }
+        try write { db in try JoinAttemptRecord(attempt).upsert(db) }
     }
 
     /// Join attempts, newest first.

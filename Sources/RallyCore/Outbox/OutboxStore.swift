@@ -35,7 +35,6 @@ struct OutboxRecord: Codable, FetchableRecord, PersistableRecord, Sendable, Equa
 
     enum Columns {
         static let position = Column(CodingKeys.position)
-        static let messageID = Column(CodingKeys.messageID)
         static let failedReason = Column(CodingKeys.failedReason)
     }
 

@@ -7,10 +7,11 @@ import GRDB
 /// before an append is acknowledged. Appends and completions run inside the
 /// metadata's write transaction, so two uploads of one blob are serialized
 /// and `received` never runs ahead of the file.
-public final class FileBlobStore: BlobStore, OwnerOnlySQLiteStore {
+public final class FileBlobStore: BlobStore {
     /// Bytes hashed per read while a blob is completed.
     static let hashReadBytes = 1 << 20
 
+    /// Internal for the durability test, which reads its writer's pragma.
     let pool: DatabasePool
     private let directory: URL
 

@@ -4,7 +4,8 @@ import GRDB
 /// The embedded escrow store: `escrows.sqlite` in the relay's data
 /// directory (WAL, `synchronous=FULL`, owner-only), apart from the topics'
 /// database so its small, rare writes never wait behind a publish batch.
-public final class SQLiteEscrowStore: EscrowStore, OwnerOnlySQLiteStore {
+public final class SQLiteEscrowStore: EscrowStore {
+    /// Internal for the durability test, which reads its writer's pragma.
     let pool: DatabasePool
 
     /// Opens (or creates) the store in `dataDirectory`, which is created

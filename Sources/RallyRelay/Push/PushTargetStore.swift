@@ -18,7 +18,8 @@ public protocol PushTargetStore: Sendable {
 /// The embedded push target store: `push.sqlite` in the relay's data
 /// directory (WAL, `synchronous=FULL`, owner-only), apart from the topics'
 /// database like the escrows.
-public final class SQLitePushTargetStore: PushTargetStore, OwnerOnlySQLiteStore {
+public final class SQLitePushTargetStore: PushTargetStore {
+    /// Internal for the durability test, which reads its writer's pragma.
     let pool: DatabasePool
 
     public init(dataDirectory: URL) throws {
