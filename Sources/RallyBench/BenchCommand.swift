@@ -13,7 +13,7 @@ struct BenchCommand: AsyncParsableCommand {
         subcommands: [
             RelayBench.self, GroupBench.self, JoinBench.self, ReconnectBench.self, VaultBench.self, CallBench.self,
             IdleBench.self,
-            ChildRelayCommand.self,
+            ChildRelayCommand.self, ChildAdminCommand.self,
         ])
 }
 

@@ -14,6 +14,25 @@ struct JoinBench: AsyncParsableCommand {
     @Option(help: "Concurrent joiner counts, comma-separated.") var concurrency = "1,50"
     @Option(help: "Rounds per count (each round is a fresh set of joiners).") var rounds = 10
     @Option(help: "Invite verifications to time.") var verifications = 20_000
+    @Option(
+        help: """
+            Where the admin's client runs: 'separate' (a process of its own, as on its own device) or \
+            'in-process' (sharing the joiners' process and concurrency pool).
+            """)
+    var admin = AdminPlacement.separate
+
+    enum AdminPlacement: String, ExpressibleByArgument, Sendable {
+        case separate
+        case inProcess = "in-process"
+    }
+
+    /// The admin's client, wherever it runs, and how to stop it.
+    private struct RunningAdmin {
+        let inviteLink: String
+        let pid: Int32?
+        /// Synchronous, so a `defer` stops it when the bench fails too.
+        let stop: @Sendable () -> Void
+    }
 
     func run() async throws {
         let counts = concurrency.split(separator: ",").compactMap { Int($0.trimmingCharacters(in: .whitespaces)) }
@@ -26,15 +45,17 @@ struct JoinBench: AsyncParsableCommand {
         logger.logLevel = .error
         Output.write("relay: separate process pid \(relay.pid) on \(relay.url)")
 
-        let admin = try await RallyClient.create(
-            home: root.appendingPathComponent("admin"), relayURL: relay.url, displayName: "admin", logger: logger)
-        let group = try await admin.createGroup(name: "bench")
-        let invite = try await admin.createInvite(in: group.groupID)
-        let watcher = Task { try await admin.watch { _ in } }
-        defer { watcher.cancel() }
+        let running = try await startAdmin(root: root, relayURL: relay.url, logger: logger)
+        defer { running.stop() }
+        let inviteLink = running.inviteLink
+        let invite = try Invite.parse(inviteLink, now: Date())
+        let slug = try InviteLink.slug(from: inviteLink)
+        Output.write(
+            "admin: "
+                + (running.pid.map { "separate process pid \($0)" } ?? "in this process, sharing the joiners' pool"))
 
         Output.write(
-            "joiners  joins  p50 ms  p99 ms  max ms  clients CPU ms/join  relay CPU ms/join"
+            "joiners  joins  p50 ms  p99 ms  max ms  clients CPU ms/join  admin CPU ms/join  relay CPU ms/join"
                 + "  (rally join → joined; one admin client online)")
         // Every joiner's home is made before any round is timed, so the
         // rounds' CPU figures are the joins' alone.
@@ -59,10 +80,14 @@ struct JoinBench: AsyncParsableCommand {
             var latencies: [Double] = []
             var clientCPU = 0.0
             var relayCPU = 0.0
+            var adminCPU = 0.0
             for round in 0..<rounds {
                 let joiners = homes[countIndex][round]
-                let link = invite.appLink
-                let cpuBefore = (ProcessCPU.milliseconds() ?? 0, ProcessCPU.milliseconds(pid: relay.pid) ?? 0)
+                let link = inviteLink
+                let cpuBefore = (
+                    ProcessCPU.milliseconds() ?? 0, ProcessCPU.milliseconds(pid: relay.pid) ?? 0,
+                    running.pid.flatMap { ProcessCPU.milliseconds(pid: $0) } ?? 0
+                )
                 let measured = try await withThrowingTaskGroup(of: Double.self) { tasks in
                     for joiner in joiners {
                         tasks.addTask {
@@ -83,33 +108,35 @@ struct JoinBench: AsyncParsableCommand {
                 }
                 clientCPU += (ProcessCPU.milliseconds() ?? 0) - cpuBefore.0
                 relayCPU += (ProcessCPU.milliseconds(pid: relay.pid) ?? 0) - cpuBefore.1
+                if let pid = running.pid { adminCPU += (ProcessCPU.milliseconds(pid: pid) ?? 0) - cpuBefore.2 }
                 latencies += measured
                 for joiner in joiners { await joiner.disconnect() }
             }
             latencies.sort()
             func percentile(_ p: Double) -> Double { ReconnectBench.percentile(latencies, p) }
+            let adminColumn =
+                running.pid == nil ? "(in clients)" : String(format: "%.2f", adminCPU / Double(latencies.count))
             Output.write(
                 String(
-                    format: "%7d  %5d  %6.1f  %6.1f  %6.1f  %19.2f  %17.2f", count, latencies.count,
-                    percentile(0.5), percentile(0.99), percentile(1), clientCPU / Double(latencies.count),
-                    relayCPU / Double(latencies.count)))
+                    format: "%7d  %5d  %6.1f  %6.1f  %6.1f  %19.2f  ", count, latencies.count, percentile(0.5),
+                    percentile(0.99), percentile(1), clientCPU / Double(latencies.count))
+                    + String(repeating: " ", count: max(0, 17 - adminColumn.count)) + adminColumn
+                    + String(format: "  %17.2f", relayCPU / Double(latencies.count)))
         }
-        watcher.cancel()
-        await admin.disconnect()
 
         // Distinct invites (each verified once: an Ed25519 verification
         // each), then one invite again and again (a group link many people
         // use: verified once per process, VerifiedInviteCache).
         let issuer = Identity(displayName: "bench issuer")
         let distinct = (0..<verifications).map { index in
-            var payload = invite.invite.payload
+            var payload = invite.payload
             payload.issuer = issuer.publicIdentity.wireBundle
             payload.createdAtMs = Int64(index)
             return InviteLink.links(for: InviteSlug.encode(Invite.sign(payload, by: issuer)), relayURL: relay.url).app
         }
         for (label, links) in [
             ("distinct invites", distinct),
-            ("one invite, repeated", Array(repeating: invite.appLink, count: verifications)),
+            ("one invite, repeated", Array(repeating: inviteLink, count: verifications)),
         ] {
             let clock = ContinuousClock()
             let start = clock.now
@@ -120,7 +147,7 @@ struct JoinBench: AsyncParsableCommand {
                 String(
                     format:
                         "invite verifications, %@: %d in %.2f s = %.0f/s (slug %d characters: decode, signature, checks)",
-                    label, verified, seconds, Double(verified) / seconds, invite.slug.count))
+                    label, verified, seconds, Double(verified) / seconds, slug.count))
         }
         // The ceiling for distinct invites: Ed25519 verifications alone, of
         // signatures as long as an invite's over as many bytes.
@@ -146,4 +173,21 @@ struct JoinBench: AsyncParsableCommand {
                 Double(valid) / seconds))
         Output.write("relay peak memory (VmHWM): \(relay.peakMemoryKiB().map { "\($0 / 1024) MiB" } ?? "unknown")")
     }
+
+    private func startAdmin(root: URL, relayURL: URL, logger: Logger) async throws -> RunningAdmin {
+        let home = root.appendingPathComponent("admin")
+        switch admin {
+        case .separate:
+            let child = try ChildAdmin.start(home: home, relayURL: relayURL)
+            return RunningAdmin(inviteLink: child.inviteLink, pid: child.pid) { child.stop() }
+        case .inProcess:
+            let client = try await RallyClient.create(
+                home: home, relayURL: relayURL, displayName: "admin", logger: logger)
+            let group = try await client.createGroup(name: "bench")
+            let invite = try await client.createInvite(in: group.groupID)
+            let watcher = Task { try await client.watch { _ in } }
+            return RunningAdmin(inviteLink: invite.appLink, pid: nil) { watcher.cancel() }
+        }
+    }
+
 }

@@ -135,27 +135,17 @@ struct ChildRelay {
 
     static func start(postgres: String? = nil) throws -> ChildRelay {
         let data = FileManager.default.temporaryDirectory.appendingPathComponent("rally-bench-\(UUID().uuidString)")
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
-        process.arguments =
+        let (process, url) = try BenchChild.start(
             [ChildRelayCommand.configuration.commandName!, "--data", data.path]
-            + (postgres.map { ["--postgres", $0] } ?? [])
-        let pipe = Pipe()
-        process.standardOutput = pipe
-        try process.run()
-        var buffer = Data()
-        while true {
-            let chunk = pipe.fileHandleForReading.availableData
-            guard !chunk.isEmpty else { throw ValidationError("the relay process exited before listening") }
-            buffer.append(chunk)
-            let text = String(decoding: buffer, as: UTF8.self)
-            if let line = text.split(separator: "\n").first(where: { $0.contains("listening on ") }),
-                let urlText = line.split(separator: " ").first(where: { $0.hasPrefix("http://") }),
-                let url = URL(string: String(urlText))
-            {
-                return ChildRelay(process: process, url: url, dataDirectory: data)
-            }
+                + (postgres.map { ["--postgres", $0] } ?? []),
+            failure: "the relay process exited before listening"
+        ) { line -> URL? in
+            guard line.contains("listening on "),
+                let urlText = line.split(separator: " ").first(where: { $0.hasPrefix("http://") })
+            else { return nil }
+            return URL(string: String(urlText))
         }
+        return ChildRelay(process: process, url: url, dataDirectory: data)
     }
 
     func peakMemoryKiB() -> Int? { ProcessMemory.peakKiB(pid: pid) }
@@ -164,5 +154,30 @@ struct ChildRelay {
         process.interrupt()
         process.waitUntilExit()
         try? FileManager.default.removeItem(at: dataDirectory)
+    }
+}
+
+/// A child process running a subcommand of this same executable.
+enum BenchChild {
+    /// Starts `/proc/self/exe arguments…` and reads its output until a line
+    /// gives `ready` a value (the child is then ready).
+    static func start<Ready>(
+        _ arguments: [String], failure: String, ready: (Substring) -> Ready?
+    ) throws -> (Process, Ready) {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
+        process.arguments = arguments
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        try process.run()
+        var buffer = Data()
+        while true {
+            let chunk = pipe.fileHandleForReading.availableData
+            guard !chunk.isEmpty else { throw ValidationError(failure) }
+            buffer.append(chunk)
+            for line in String(decoding: buffer, as: UTF8.self).split(separator: "\n") {
+                if let value = ready(line) { return (process, value) }
+            }
+        }
     }
 }
