@@ -1,6 +1,6 @@
 import Foundation
 import Hummingbird
-import HummingbirdWebSocket
+import HummingbirdCore
 public import Logging
 import NIOCore
 import RallyWire
@@ -62,18 +62,10 @@ public final class RelayServer: Service, Sendable, CustomStringConvertible {
         EscrowEndpoints.addRoutes(to: router, services: services)
         RoomEndpoints.addRoutes(to: router, services: services)
         PushEndpoints.addRoutes(to: router, services: services)
-        let webSocketRouter = Router(context: RelayRequestContext.self)
-        WebSocketEndpoint.addRoute(to: webSocketRouter, services: services)
-        RoomEndpoints.addWebSocketRoute(to: webSocketRouter, services: services)
         let listening = listening
         let app = Application(
             router: router,
-            server: .http1WebSocketUpgrade(
-                webSocketRouter: webSocketRouter,
-                configuration: .init(
-                    ws: WebSocketServerConfiguration(
-                        maxFrameSize: configuration.limits.transportMaxFrameBytes,
-                        closeTimeout: .seconds(5)))),
+            server: HTTPServerBuilder { responder in RelayHTTPChannel(responder: responder, services: services) },
             configuration: .init(address: .hostname(configuration.host, port: configuration.port)),
             onServerRunning: { [configuration] channel in
                 let port = channel.localAddress?.port ?? 0
@@ -255,16 +247,14 @@ actor ListeningSignal {
     }
 }
 
-/// The request context of both routers: Hummingbird's WebSocket context
-/// plus the peer address the per-IP limits key on.
-struct RelayRequestContext: RequestContext, WebSocketRequestContext {
+/// The routes' request context: Hummingbird's, plus the peer address the
+/// per-IP limits key on.
+struct RelayRequestContext: RequestContext {
     var coreContext: CoreRequestContextStorage
-    let webSocket: WebSocketHandlerReference<RelayRequestContext>
     let remoteAddress: SocketAddress?
 
     init(source: ApplicationRequestContextSource) {
         coreContext = .init(source: source)
-        webSocket = .init()
         remoteAddress = source.channel.remoteAddress
     }
 

@@ -120,15 +120,6 @@ enum RoomEndpoints {
         CallPage.addRoutes(to: router)
     }
 
-    static func addWebSocketRoute(to router: Router<RelayRequestContext>, services: RelayServices) {
-        router.ws("/v1/rooms/{id}/ws") { inbound, outbound, context in
-            let id = roomID(context.requestContext) ?? ""
-            try await serve(
-                room: id, inbound: inbound, outbound: outbound, remoteIP: context.requestContext.remoteIP,
-                services: services)
-        }
-    }
-
     private static func roomID(_ context: RelayRequestContext) -> String? {
         guard let id = context.parameters.get("id"), RoomWireLimits.isRoomID(id) else { return nil }
         return id
@@ -165,7 +156,9 @@ enum RoomEndpoints {
         try await outbound.write(.text(String(decoding: RoomFrameCodec.encode(frame), as: UTF8.self)))
     }
 
-    private static func serve(
+    /// One participant's socket (`/v1/rooms/<id>/ws`, upgraded by
+    /// ``RelayHTTPChannel``).
+    static func serve(
         room: String, inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter, remoteIP: String,
         services: RelayServices
     ) async throws {

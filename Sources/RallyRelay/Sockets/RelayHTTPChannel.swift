@@ -1,0 +1,187 @@
+import HTTPTypes
+import Hummingbird
+import HummingbirdCore
+import Logging
+import NIOCore
+import NIOHTTP1
+import NIOHTTPTypes
+import NIOHTTPTypesHTTP1
+import NIOWebSocket
+@_spi(WSInternal) import WSCore
+
+/// Each connection the relay accepts: HTTP/1 for the routes, and the two
+/// WebSocket paths upgraded from it (docs/adr/0025).
+///
+/// `/v1/ws` runs on the relay's own channel handlers (``SessionSocket``),
+/// not on a WebSocket library's task per connection: an idle session then
+/// holds one task, its ack pump, instead of four. A call room's socket,
+/// `/v1/rooms/<id>/ws`, is served by the WebSocket library as before.
+struct RelayHTTPChannel: ServerChildChannel, HTTPChannelHandler {
+    enum Upgrade: Sendable {
+        case session(SessionSocket)
+        case room(NIOAsyncChannel<WebSocketFrame, WebSocketFrame>, room: String, remoteIP: String)
+        case http(NIOAsyncChannel<HTTPRequestPart, HTTPResponsePart>, upgradeRefused: Bool)
+    }
+
+    struct Value: ServerChildChannelValue {
+        let upgrade: EventLoopFuture<Upgrade>
+        let channel: any Channel
+    }
+
+    /// The WebSocket paths, from a request's target.
+    enum SocketRoute: Equatable {
+        case session
+        case room(String)
+
+        init?(target: String) {
+            let path = target.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false).first ?? ""
+            if path == "/v1/ws" {
+                self = .session
+                return
+            }
+            let parts = path.split(separator: "/", omittingEmptySubsequences: false)
+            guard parts.count == 5, parts[0].isEmpty, parts[1] == "v1", parts[2] == "rooms", !parts[3].isEmpty,
+                parts[4] == "ws"
+            else { return nil }
+            self = .room(String(parts[3]))
+        }
+    }
+
+    let responder: Responder
+    let services: RelayServices
+
+    init(responder: @escaping Responder, services: RelayServices) {
+        self.services = services
+        self.responder = Self.refusingLateUpgrades(responder)
+    }
+
+    func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
+        let services = services
+        return channel.eventLoop.makeCompletedFuture {
+            let upgradeAsked = NIOLoopBoundBox(false, eventLoop: channel.eventLoop)
+            let upgrader = NIOTypedWebSocketServerUpgrader<Upgrade>(
+                maxFrameSize: services.limits.transportMaxFrameBytes,
+                shouldUpgrade: { channel, head in
+                    upgradeAsked.value = true
+                    return channel.eventLoop.makeSucceededFuture(SocketRoute(target: head.uri) == nil ? nil : [:])
+                },
+                upgradePipelineHandler: { channel, head in
+                    channel.eventLoop.makeCompletedFuture {
+                        let remoteIP = channel.remoteAddress?.ipAddress ?? "unknown"
+                        switch SocketRoute(target: head.uri) {
+                        case .session:
+                            let socket = SessionSocket(channel: channel, services: services, remoteIP: remoteIP)
+                            try channel.pipeline.syncOperations.addHandlers([
+                                NIOWebSocketFrameAggregator(
+                                    minNonFinalFragmentSize: 0, maxAccumulatedFrameCount: 1024,
+                                    maxAccumulatedFrameSize: services.limits.transportMaxFrameBytes),
+                                SessionSocketHandler(socket: socket),
+                            ])
+                            return .session(socket)
+                        case .room(let room):
+                            return .room(
+                                try NIOAsyncChannel(
+                                    wrappingChannelSynchronously: channel,
+                                    configuration: .init(isOutboundHalfClosureEnabled: true)),
+                                room: room, remoteIP: remoteIP)
+                        case nil:
+                            // shouldUpgrade refused every other target.
+                            throw ChannelError.inappropriateOperationForState
+                        }
+                    }
+                })
+            let upgrades = NIOTypedHTTPServerUpgradeConfiguration<Upgrade>(
+                upgraders: [upgrader],
+                notUpgradingCompletionHandler: { channel in
+                    channel.eventLoop.makeCompletedFuture {
+                        try channel.pipeline.syncOperations.addHandler(HTTP1ToHTTPServerCodec(secure: false))
+                        try channel.pipeline.syncOperations.addHandler(
+                            HTTPConnectionStateHandler(idleTimeout: nil, logger: logger))
+                        return .http(
+                            try NIOAsyncChannel(
+                                wrappingChannelSynchronously: channel,
+                                configuration: .init(isOutboundHalfClosureEnabled: true)),
+                            upgradeRefused: upgradeAsked.value)
+                    }
+                })
+            var configuration = NIOUpgradableHTTPServerPipelineConfiguration(upgradeConfiguration: upgrades)
+            // Hummingbird answers HTTP requests one at a time and handles
+            // their errors, and HTTP types validate the headers.
+            configuration.enablePipelining = false
+            configuration.enableErrorHandling = false
+            configuration.enableResponseHeaderValidation = false
+            return Value(
+                upgrade: try channel.pipeline.syncOperations.configureUpgradableHTTPServerPipeline(
+                    configuration: configuration),
+                channel: channel)
+        }
+    }
+
+    func handle(value: Value, logger: Logger) async {
+        let upgrade: Upgrade
+        do {
+            upgrade = try await value.upgrade.get()
+        } catch {
+            logger.debug("connection ended before its first request", metadata: ["error": "\(error)"])
+            return
+        }
+        switch upgrade {
+        case .session(let socket):
+            await socket.run()
+        case .room(let channel, let room, let remoteIP):
+            await serveRoom(channel, room: room, remoteIP: remoteIP, logger: logger)
+        case .http(let channel, upgradeRefused: false):
+            await handleHTTP(asyncChannel: channel, logger: logger)
+        case .http(let channel, upgradeRefused: true):
+            // A WebSocket upgrade to a path that has none.
+            try? await channel.executeThenClose { _, outbound in
+                try await outbound.write(
+                    contentsOf: [
+                        .head(
+                            HTTPResponse(
+                                status: .badRequest, headerFields: [.connection: "close", .contentLength: "0"])),
+                        .end(nil),
+                    ])
+            }
+        }
+    }
+
+    private func serveRoom(
+        _ channel: NIOAsyncChannel<WebSocketFrame, WebSocketFrame>, room: String, remoteIP: String, logger: Logger
+    ) async {
+        let services = services
+        _ = try? await WebSocketHandler.handle(
+            type: .server,
+            configuration: .init(
+                extensions: [], autoPing: .enabled(timePeriod: .seconds(30)), closeTimeout: .seconds(5),
+                validateUTF8: false, maxFrameSize: services.limits.transportMaxFrameBytes),
+            asyncChannel: channel, context: RoomSocketContext(logger: logger)
+        ) { inbound, outbound, _ in
+            try await RoomEndpoints.serve(
+                room: room, inbound: inbound, outbound: outbound, remoteIP: remoteIP, services: services)
+        }
+    }
+
+    /// An upgrade can only be taken as a connection's first request (the
+    /// upgrade handler leaves the pipeline after it): one asked later on a
+    /// kept-alive connection is sent to the same path on a new connection.
+    private static func refusingLateUpgrades(_ responder: @escaping Responder) -> Responder {
+        struct LateUpgrade: Error {}
+        return { request, writer, channel in
+            guard request.headers[.upgrade]?.lowercased() == "websocket" else {
+                try await responder(request, writer, channel)
+                return
+            }
+            var target = request.uri.path
+            if let query = request.uri.query { target += "?\(query)" }
+            try await writer.writeResponse(
+                HTTPResponse(status: .temporaryRedirect, headerFields: [.connection: "close", .location: target]))
+            // Thrown so the connection closes after the redirect.
+            throw LateUpgrade()
+        }
+    }
+}
+
+private struct RoomSocketContext: WebSocketContext {
+    let logger: Logger
+}

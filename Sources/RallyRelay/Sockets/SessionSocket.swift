@@ -1,0 +1,311 @@
+import Foundation
+import NIOCore
+import NIOWebSocket
+import RallyWire
+import ServiceLifecycle
+import Synchronization
+
+/// One `/v1/ws` connection: the transport shell around a ``RelaySession``
+/// on the relay's own WebSocket handlers (docs/adr/0025).
+///
+/// An idle connection holds no task of its own beyond the one that pumps
+/// its publish acks: received messages wait in a queue that a short task
+/// drains in order and ends with, so a connection's memory does not keep
+/// the depth of its deepest call for as long as it is open (ADR 0022).
+final class SessionSocket: Sendable {
+    /// Received messages queued beyond this stop the socket's reads until
+    /// the queue is down to `resumeReadingAt`: a client that floods is held
+    /// back by TCP, not by the relay's memory.
+    static let maxQueuedMessages = 64
+    static let resumeReadingAt = 16
+
+    enum Message: Sendable {
+        case binary(ByteBuffer)
+        case text
+    }
+
+    struct Closed: Error {}
+
+    let channel: any Channel
+    let services: RelayServices
+    let remoteIP: String
+    let session: RelaySession
+    private let writer: SocketWriter
+    /// Nothing reaches the session before its challenge went out: the
+    /// inbox starts taking at ``run()``.
+    private let inbox = Mutex(SocketInbox<Message>(pauseAt: maxQueuedMessages, resumeAt: resumeReadingAt))
+
+    init(channel: any Channel, services: RelayServices, remoteIP: String) {
+        self.channel = channel
+        self.services = services
+        self.remoteIP = remoteIP
+        let writer = SocketWriter(channel: channel)
+        self.writer = writer
+        session = RelaySession(services: services, remoteIP: remoteIP) { frame in try await writer.send(frame) }
+        // The close future, not `channelInactive`: it also completes for a
+        // socket that closed before its handlers were added.
+        channel.closeFuture.whenComplete { _ in self.socketClosed() }
+    }
+
+    // MARK: The connection's life
+
+    /// Runs the connection until it ends: admission, the challenge, then
+    /// publish acks until the session closes. Called once, by the server's
+    /// task for this connection.
+    func run() async {
+        if case .refused(let reason) = services.connections.admit(ip: remoteIP) {
+            // Refused before the challenge: the error frame is the only one.
+            try? await send(services.errorFrame(RelayFailure(.tooManyConnections, reason), requestID: 0))
+            closeSocket(code: .normalClosure)
+            return
+        }
+        defer { services.connections.release(ip: remoteIP) }
+        services.metrics.openConnections.increment()
+        defer { services.metrics.openConnections.decrement() }
+        await services.sessions.add(session, authDeadline: .now + services.limits.authTimeout)
+        do {
+            try await send(session.challengeFrame)
+        } catch {
+            await services.sessions.remove(session)
+            await session.close()
+            closeSocket(code: .normalClosure)
+            return
+        }
+        startTakingMessages()
+        let session = session
+        await withGracefulShutdownHandler {
+            // Ends when the session closes: the socket closed, a fatal
+            // frame, or a deadline (the relay's sweep ends the session's
+            // ack stream).
+            await session.pumpAcks()
+        } onGracefulShutdown: {
+            Task {
+                await session.shuttingDown()
+                await session.endConnection()
+            }
+        }
+        // The shutdown may have ended the pump before the notice above
+        // ran: send it now, before the socket closes, so the client
+        // reconnects with jitter instead of counting a failure.
+        if Task.isShuttingDownGracefully { await session.shuttingDown() }
+        await services.sessions.remove(session)
+        await session.close()
+        closeSocket(code: .normalClosure)
+        try? await channel.closeFuture.get()
+    }
+
+    /// The socket closed (either side): nothing more is sent, and the
+    /// session closes, which ends the ack pump and with it `run`. What was
+    /// received before the close is still handled, in order: a client may
+    /// publish and hang up at once, and its publish is committed.
+    func socketClosed() {
+        writer.socketClosed()
+        let session = session
+        Task { await session.close() }
+    }
+
+    /// How long a close frame may take to go out (behind whatever is
+    /// queued before it) before the socket is closed anyway.
+    static let closeTimeout: TimeAmount = .seconds(5)
+
+    /// Sends a close frame after what is queued, then closes the socket,
+    /// at the latest after ``closeTimeout`` (a client that stopped reading
+    /// cannot hold it open).
+    func closeSocket(code: WebSocketErrorCode) {
+        Self.close(channel, code: code)
+    }
+
+    static func close(_ channel: any Channel, code: WebSocketErrorCode) {
+        channel.eventLoop.execute {
+            guard channel.isActive else { return }
+            var data = channel.allocator.buffer(capacity: 2)
+            data.write(webSocketErrorCode: code)
+            let deadline = channel.eventLoop.scheduleTask(in: closeTimeout) { channel.close(promise: nil) }
+            channel.writeAndFlush(WebSocketFrame(fin: true, opcode: .connectionClose, data: data)).whenComplete { _ in
+                deadline.cancel()
+                channel.close(promise: nil)
+            }
+        }
+    }
+
+    // MARK: Receiving
+
+    /// A message from the socket (on its event loop), queued for the
+    /// session in the order received.
+    func received(_ message: Message) {
+        let (startDrain, pauseReading) = inbox.withLock { $0.receive(message) }
+        if pauseReading { setReading(false) }
+        if startDrain { Task { await self.drain() } }
+    }
+
+    private func startTakingMessages() {
+        if inbox.withLock({ $0.start() }) { Task { await self.drain() } }
+    }
+
+    /// Hands queued messages to the session one at a time, in order, and
+    /// ends when the queue is empty.
+    private func drain() async {
+        while true {
+            let (next, resumeReading) = inbox.withLock { $0.next() }
+            if resumeReading { setReading(true) }
+            guard let next else { return }
+            if await handle(next) == .close {
+                // A fatal frame went out: stop taking messages and end the
+                // session's ack stream, which ends `run` and the socket.
+                inbox.withLock { $0.close() }
+                await session.endConnection()
+                return
+            }
+        }
+    }
+
+    private func handle(_ message: Message) async -> SessionDisposition {
+        switch message {
+        case .binary(let buffer):
+            switch RelaySession.decode(Data(buffer.readableBytesView)) {
+            case .success(let frame): return await session.receive(frame)
+            case .failure(let error): return await session.receiveUndecodable(error)
+            }
+        case .text:
+            return await session.reject(RelayFailure(.malformedFrame, "frames are binary protobuf messages, not text"))
+        }
+    }
+
+    private func setReading(_ on: Bool) {
+        let channel = channel
+        channel.eventLoop.execute {
+            _ = channel.setOption(ChannelOptions.autoRead, value: on)
+            if on { channel.read() }
+        }
+    }
+
+    // MARK: Sending
+
+    func send(_ frame: WireServerFrame) async throws { try await writer.send(frame) }
+
+    /// The socket's writability changed (on its event loop).
+    func writabilityChanged() { writer.writabilityChanged() }
+}
+
+/// Writes a session's frames to its socket.
+private final class SocketWriter: Sendable {
+    private struct State {
+        var closed = false
+        var nextWaiter: UInt64 = 0
+        var writabilityWaiters: [UInt64: CheckedContinuation<Void, Never>] = [:]
+    }
+
+    let channel: any Channel
+    private let state = Mutex(State())
+
+    init(channel: any Channel) {
+        self.channel = channel
+    }
+
+    /// Writes one frame, waiting first while the socket's outbound buffer
+    /// is full: a subscriber that does not read holds up its own feed (whose
+    /// hub buffer then overflows into SLOW_CONSUMER), not the relay.
+    func send(_ frame: WireServerFrame) async throws {
+        try await waitUntilWritable()
+        let bytes = FrameCodec.encode(frame)
+        var buffer = channel.allocator.buffer(capacity: bytes.count)
+        buffer.writeBytes(bytes)
+        channel.writeAndFlush(WebSocketFrame(fin: true, opcode: .binary, data: buffer), promise: nil)
+    }
+
+    func writabilityChanged() {
+        guard channel.isWritable else { return }
+        resumeWaiters()
+    }
+
+    func socketClosed() {
+        state.withLock { $0.closed = true }
+        resumeWaiters()
+    }
+
+    private func resumeWaiters() {
+        let waiters = state.withLock { state in
+            defer { state.writabilityWaiters.removeAll() }
+            return Array(state.writabilityWaiters.values)
+        }
+        for waiter in waiters { waiter.resume() }
+    }
+
+    private func waitUntilWritable() async throws {
+        if state.withLock({ $0.closed }) { throw SessionSocket.Closed() }
+        if channel.isWritable { return }
+        let id = state.withLock { state in
+            defer { state.nextWaiter += 1 }
+            return state.nextWaiter
+        }
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (waiter: CheckedContinuation<Void, Never>) in
+                let resumeNow = state.withLock { state -> Bool in
+                    // Checked under the lock the writability handler takes,
+                    // so a change between the check and the wait is seen.
+                    if state.closed || channel.isWritable || Task.isCancelled { return true }
+                    state.writabilityWaiters[id] = waiter
+                    return false
+                }
+                if resumeNow { waiter.resume() }
+            }
+        } onCancel: {
+            state.withLock { $0.writabilityWaiters.removeValue(forKey: id) }?.resume()
+        }
+        if state.withLock({ $0.closed }) { throw SessionSocket.Closed() }
+        try Task.checkCancellation()
+    }
+}
+
+/// The last handler of a `/v1/ws` pipeline: complete messages to the
+/// session, control frames answered here.
+final class SessionSocketHandler: ChannelInboundHandler {
+    typealias InboundIn = WebSocketFrame
+    typealias OutboundOut = WebSocketFrame
+
+    private let socket: SessionSocket
+
+    init(socket: SessionSocket) {
+        self.socket = socket
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        let frame = unwrapInboundIn(data)
+        switch frame.opcode {
+        case .binary:
+            socket.received(.binary(frame.unmaskedData))
+        case .text:
+            socket.received(.text)
+        case .ping:
+            context.writeAndFlush(
+                wrapOutboundOut(WebSocketFrame(fin: true, opcode: .pong, data: frame.unmaskedData)), promise: nil)
+        case .connectionClose:
+            // Answer the client's close with its own code, then close.
+            var data = frame.unmaskedData
+            let code = data.readWebSocketErrorCode() ?? .normalClosure
+            SessionSocket.close(context.channel, code: code)
+        default:
+            // Pongs and (aggregated away) continuations carry nothing here.
+            break
+        }
+    }
+
+    func channelWritabilityChanged(context: ChannelHandlerContext) {
+        socket.writabilityChanged()
+        context.fireChannelWritabilityChanged()
+    }
+
+    /// A message over the transport limit, or a broken fragment sequence:
+    /// closed with the code that says so.
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        let code: WebSocketErrorCode
+        switch error {
+        case NIOWebSocketFrameAggregator.Error.accumulatedFrameSizeIsTooLarge,
+            NIOWebSocketFrameAggregator.Error.tooManyFragments:
+            code = .messageTooLarge
+        default:
+            code = .protocolError
+        }
+        socket.closeSocket(code: code)
+    }
+}
