@@ -21,19 +21,32 @@ final class RawWebSocket: @unchecked Sendable {
         let payload: Data
     }
 
-    static func connect(port: Int, path: String = "/v1/ws") async throws -> RawWebSocket {
-        let socket = try RawWebSocket(port: port)
+    static func connect(
+        port: Int, path: String = "/v1/ws", receiveBufferBytes: Int32? = nil
+    ) async throws
+        -> RawWebSocket
+    {
+        let socket = try RawWebSocket(port: port, receiveBufferBytes: receiveBufferBytes)
         try await socket.run { try socket.handshake(port: port, path: path) }
         return socket
     }
 
-    private init(port: Int) throws {
+    /// A plain TCP connection, for tests that speak HTTP themselves.
+    static func open(port: Int) throws -> RawWebSocket {
+        try RawWebSocket(port: port, receiveBufferBytes: nil)
+    }
+
+    private init(port: Int, receiveBufferBytes: Int32?) throws {
         #if canImport(Glibc)
             fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         #else
             fd = socket(AF_INET, SOCK_STREAM, 0)
         #endif
         guard fd >= 0 else { throw POSIXError(.EIO) }
+        if var bytes = receiveBufferBytes {
+            // Before connect, so the window the peer sees is this small.
+            setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, socklen_t(MemoryLayout<Int32>.size))
+        }
         var timeout = timeval(tv_sec: 20, tv_usec: 0)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
         var address = sockaddr_in()
@@ -70,6 +83,34 @@ final class RawWebSocket: @unchecked Sendable {
         try await run { [header] in try self.writeAll(header) }
     }
 
+    /// A WebSocket ping (control frame) with `payload`.
+    func sendPing(_ payload: Data) async throws {
+        try await sendFrame(opcode: 0x9, payload: payload)
+    }
+
+    /// One binary message in fragments: a binary frame without FIN, then
+    /// continuation frames, the last with FIN.
+    func sendBinary(inFragments parts: [Data]) async throws {
+        for (index, part) in parts.enumerated() {
+            try await sendFrame(
+                opcode: index == 0 ? 0x2 : 0x0, payload: part, final: index == parts.count - 1)
+        }
+    }
+
+    /// Writes `request` as it is and reads the response's head (through the
+    /// blank line), or nil if the connection ended first.
+    func exchangeHTTP(_ request: String) async throws -> String? {
+        try await run {
+            try self.writeAll(Data(request.utf8))
+            return try self.readHead().map { String(decoding: $0, as: UTF8.self) }
+        }
+    }
+
+    /// Reads the rest of a response's body of `length` bytes.
+    func readBody(length: Int) async throws -> Data? {
+        try await run { try self.readExactly(length) }
+    }
+
     /// Answers or starts the closing handshake, as a well-behaved client does.
     func sendClose() async throws {
         try await sendFrame(opcode: 0x8, payload: Data([0x03, 0xE8]))
@@ -80,8 +121,19 @@ final class RawWebSocket: @unchecked Sendable {
         try await run { try self.readFrame() }
     }
 
-    private func sendFrame(opcode: UInt8, payload: Data) async throws {
-        var frame = Data([0x80 | opcode])
+    private func sendFrame(opcode: UInt8, payload: Data, final: Bool = true) async throws {
+        let frame = Self.frame(opcode: opcode, payload: payload, final: final)
+        try await run { [frame] in try self.writeAll(frame) }
+    }
+
+    /// Several binary messages in one write, as fast as a client can send.
+    func sendBinaryBurst(_ payloads: [Data]) async throws {
+        let burst = payloads.reduce(into: Data()) { $0.append(Self.frame(opcode: 0x2, payload: $1, final: true)) }
+        try await run { [burst] in try self.writeAll(burst) }
+    }
+
+    private static func frame(opcode: UInt8, payload: Data, final: Bool) -> Data {
+        var frame = Data([(final ? 0x80 : 0) | opcode])
         let mask: [UInt8] = [0x12, 0x34, 0x56, 0x78]
         switch payload.count {
         case ..<126: frame.append(0x80 | UInt8(payload.count))
@@ -94,7 +146,7 @@ final class RawWebSocket: @unchecked Sendable {
         }
         frame.append(contentsOf: mask)
         frame.append(contentsOf: payload.enumerated().map { $0.element ^ mask[$0.offset % 4] })
-        try await run { [frame] in try self.writeAll(frame) }
+        return frame
     }
 
     private func run<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
@@ -108,12 +160,17 @@ final class RawWebSocket: @unchecked Sendable {
             "GET \(path) HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
             + "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
         try writeAll(Data(request.utf8))
+        guard let head = try readHead() else { throw POSIXError(.ECONNRESET) }
+        guard String(decoding: head, as: UTF8.self).hasPrefix("HTTP/1.1 101") else { throw POSIXError(.EPROTO) }
+    }
+
+    private func readHead() throws -> Data? {
         var head = Data()
         while !head.ends(with: Data("\r\n\r\n".utf8)) {
-            guard let byte = try readExactly(1) else { throw POSIXError(.ECONNRESET) }
+            guard let byte = try readExactly(1) else { return nil }
             head.append(byte)
         }
-        guard String(decoding: head, as: UTF8.self).hasPrefix("HTTP/1.1 101") else { throw POSIXError(.EPROTO) }
+        return head
     }
 
     private func readFrame() throws -> Message? {
