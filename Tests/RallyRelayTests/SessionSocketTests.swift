@@ -261,4 +261,21 @@ struct SessionSocketTests {
         #expect(upgrade.lowercased().contains("location: /v1/ws\r\n"))
         await fixture.stop()
     }
+
+    @Test("a request with more header fields than the limit gets 400 and a close; one at the limit is served")
+    func headerFieldLimit() async throws {
+        let fixture = try await RelayFixture()
+        func get(withFields count: Int) async throws -> String? {
+            let connection = try RawWebSocket.open(port: fixture.relay.port)
+            let fields = (0..<count - 1).map { "X-Filler-\($0): x\r\n" }.joined()
+            return try await connection.exchangeHTTP(
+                "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1:\(fixture.relay.port)\r\n\(fields)\r\n")
+        }
+        let atLimit = try await get(withFields: RelayHTTPChannel.maxHeaderFields)
+        #expect(atLimit?.hasPrefix("HTTP/1.1 200") == true)
+        let over = try await get(withFields: RelayHTTPChannel.maxHeaderFields + 1)
+        #expect(over?.hasPrefix("HTTP/1.1 400") == true)
+        #expect(over?.lowercased().contains("connection: close") == true)
+        await fixture.stop()
+    }
 }

@@ -47,6 +47,9 @@ struct RelayHTTPChannel: ServerChildChannel, HTTPChannelHandler {
         }
     }
 
+    /// Header fields one request may carry.
+    static let maxHeaderFields = 1000
+
     let responder: Responder
     let services: RelayServices
 
@@ -105,11 +108,17 @@ struct RelayHTTPChannel: ServerChildChannel, HTTPChannelHandler {
                     }
                 })
             var configuration = NIOUpgradableHTTPServerPipelineConfiguration(upgradeConfiguration: upgrades)
-            // Hummingbird answers HTTP requests one at a time and handles
-            // their errors, and HTTP types validate the headers.
+            // Hummingbird answers HTTP requests one at a time, and HTTP
+            // types validate the headers. NIO's error handler answers a
+            // request that does not parse (400, then close): before it, such
+            // a connection was held open with no answer until the client
+            // gave up.
             configuration.enablePipelining = false
-            configuration.enableErrorHandling = false
+            configuration.enableErrorHandling = true
             configuration.enableResponseHeaderValidation = false
+            // NIO allows 65,534 header fields; Hummingbird's own pipeline
+            // (and so the relay before ADR 0025) 1,000.
+            configuration.decoderConfiguration.maxHeaderFieldCount = Self.maxHeaderFields
             return Value(
                 upgrade: try channel.pipeline.syncOperations.configureUpgradableHTTPServerPipeline(
                     configuration: configuration),
@@ -123,6 +132,7 @@ struct RelayHTTPChannel: ServerChildChannel, HTTPChannelHandler {
             upgrade = try await value.upgrade.get()
         } catch {
             logger.debug("connection ended before its first request", metadata: ["error": "\(error)"])
+            try? await value.channel.close()
             return
         }
         switch upgrade {
