@@ -74,6 +74,8 @@ struct RelayHTTPChannel: ServerChildChannel, HTTPChannelHandler {
                         switch SocketRoute(target: head.uri) {
                         case .session:
                             let socket = SessionSocket(channel: channel, services: services, remoteIP: remoteIP)
+                            try channel.syncOptions?.setOption(
+                                ChannelOptions.writeBufferWaterMark, value: SessionSocket.writeBufferWaterMark)
                             try channel.pipeline.syncOperations.addHandlers([
                                 NIOWebSocketFrameAggregator(
                                     minNonFinalFragmentSize: 0, maxAccumulatedFrameCount: 1024,
