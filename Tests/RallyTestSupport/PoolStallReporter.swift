@@ -43,17 +43,22 @@ enum PoolStallReporter {
         }
     }()
 
+    /// gdb writes the stacks to `file` itself. Not through a pipe this
+    /// process reads: gdb stops every thread of the process, the reading
+    /// one too, so output beyond the pipe's 64 KiB blocked gdb, and with it
+    /// the whole stopped test run, for good (stop 29, 50 KiB of stacks
+    /// had fit before).
     private static func dumpStacks(to file: String) {
         let gdb = URL(fileURLWithPath: "/usr/bin/gdb")
         guard FileManager.default.isExecutableFile(atPath: gdb.path),
-            FileManager.default.createFile(atPath: file, contents: nil),
-            let output = FileHandle(forWritingAtPath: file),
             let child = try? ChildProcess.launch(
-                gdb, ["-p", String(getpid()), "-batch", "-ex", "thread apply all bt 80"], stdout: .pipe,
-                stderr: .null)
+                gdb,
+                [
+                    "-p", String(getpid()), "-batch", "-ex", "set logging file \(file)", "-ex",
+                    "set logging overwrite on", "-ex", "set logging redirect on", "-ex", "set logging enabled on",
+                    "-ex", "thread apply all bt 80",
+                ], stdout: .null, stderr: .null)
         else { return }
-        output.write(child.standardOutput!.readDataToEndOfFile())
-        child.waitUntilExit()
-        try? output.close()
+        _ = child.waitUntilExit()
     }
 }
