@@ -12,7 +12,9 @@ struct SocketInbox<Message> {
     /// …and resumes once the drain is down to this many.
     let resumeAt: Int
 
-    private var queue = CircularBuffer<Message>()
+    /// Room for one to start with (NIO's default is 16): most of the time
+    /// a connection has nothing waiting, and there are thousands of them.
+    private var queue = CircularBuffer<Message>(initialCapacity: 1)
     /// A drain is under way, or taking has not started: nothing is handed
     /// on before ``start()``.
     private(set) var isDraining = true
