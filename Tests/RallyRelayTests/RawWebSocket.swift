@@ -121,15 +121,19 @@ final class RawWebSocket: @unchecked Sendable {
         try await run { try self.readFrame() }
     }
 
+    // Frames are built on the socket's own queue, like its I/O: masking a
+    // large payload byte by byte is CPU work that must not hold a thread of
+    // the concurrency pool the relay under test runs on (ADR 0024).
     private func sendFrame(opcode: UInt8, payload: Data, final: Bool = true) async throws {
-        let frame = Self.frame(opcode: opcode, payload: payload, final: final)
-        try await run { [frame] in try self.writeAll(frame) }
+        try await run { try self.writeAll(Self.frame(opcode: opcode, payload: payload, final: final)) }
     }
 
     /// Several binary messages in one write, as fast as a client can send.
     func sendBinaryBurst(_ payloads: [Data]) async throws {
-        let burst = payloads.reduce(into: Data()) { $0.append(Self.frame(opcode: 0x2, payload: $1, final: true)) }
-        try await run { [burst] in try self.writeAll(burst) }
+        try await run {
+            try self.writeAll(
+                payloads.reduce(into: Data()) { $0.append(Self.frame(opcode: 0x2, payload: $1, final: true)) })
+        }
     }
 
     private static func frame(opcode: UInt8, payload: Data, final: Bool) -> Data {
@@ -145,7 +149,11 @@ final class RawWebSocket: @unchecked Sendable {
             for shift in stride(from: 56, through: 0, by: -8) { frame.append(UInt8((payload.count >> shift) & 0xFF)) }
         }
         frame.append(contentsOf: mask)
-        frame.append(contentsOf: payload.enumerated().map { $0.element ^ mask[$0.offset % 4] })
+        var masked = [UInt8](payload)
+        masked.withUnsafeMutableBufferPointer { bytes in
+            for index in bytes.indices { bytes[index] ^= mask[index & 3] }
+        }
+        frame.append(contentsOf: masked)
         return frame
     }
 
