@@ -95,34 +95,17 @@ actor RelaySession {
 
     /// One binary WebSocket message.
     func receive(_ bytes: Data) async -> SessionDisposition {
-        switch Self.decode(bytes) {
-        case .success(let frame): return await receive(frame)
-        case .failure(let error): return await receiveUndecodable(error)
-        }
-    }
-
-    /// A received message decoded (the transport decodes before it decides
-    /// where to handle it).
-    func receive(_ frame: WireClientFrame) async -> SessionDisposition {
         noteActivity()
-        return await handle(frame)
-    }
-
-    /// A received message that is not a frame.
-    func receiveUndecodable(_ error: FrameDecodingError) async -> SessionDisposition {
-        noteActivity()
-        switch error {
-        case .tooLarge: return await reply(RelayFailure(.frameTooLarge, error.description), to: 0)
-        case .empty, .malformed: return await reply(RelayFailure(.malformedFrame, error.description), to: 0)
-        }
-    }
-
-    nonisolated static func decode(_ bytes: Data) -> Result<WireClientFrame, FrameDecodingError> {
+        let frame: WireClientFrame
         do throws(FrameDecodingError) {
-            return .success(try FrameCodec.decodeClientFrame(bytes))
+            frame = try FrameCodec.decodeClientFrame(bytes)
         } catch {
-            return .failure(error)
+            switch error {
+            case .tooLarge: return await reply(RelayFailure(.frameTooLarge, error.description), to: 0)
+            case .empty, .malformed: return await reply(RelayFailure(.malformedFrame, error.description), to: 0)
+            }
         }
+        return await handle(frame)
     }
 
     /// A message the protocol does not allow (a text message).

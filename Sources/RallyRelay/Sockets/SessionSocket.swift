@@ -172,10 +172,7 @@ final class SessionSocket: Sendable {
     private func handle(_ message: Message) async -> SessionDisposition {
         switch message {
         case .binary(let buffer):
-            switch RelaySession.decode(Data(buffer.readableBytesView)) {
-            case .success(let frame): return await session.receive(frame)
-            case .failure(let error): return await session.receiveUndecodable(error)
-            }
+            return await session.receive(Data(buffer.readableBytesView))
         case .text:
             return await session.reject(RelayFailure(.malformedFrame, "frames are binary protobuf messages, not text"))
         }
