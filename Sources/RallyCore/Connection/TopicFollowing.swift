@@ -49,10 +49,16 @@ extension ClientContext {
     /// cursor. `access` is read again on every subscription: a commit that
     /// rotated the topic's key ends the old key's subscription at that
     /// commit.
+    ///
+    /// A live follower hands `readElsewhere` each envelope that arrives at
+    /// or below the cursor: another process on this home (or another
+    /// reader in this one) processed it first, so the follower shows what
+    /// was stored instead of missing it (docs/adr/0026).
     func followTopic(
         _ topic: TopicName, untilCaughtUp: Bool,
         access: () throws(RallyClientError) -> TopicAccess? = { nil },
         process: @Sendable (WireEnvelope) async throws(RallyClientError) -> Void,
+        readElsewhere: @Sendable (WireEnvelope) async throws(RallyClientError) -> Void = { _ in },
         caughtUp: @Sendable () async -> Void = {}
     ) async throws(RallyClientError) {
         if untilCaughtUp {
@@ -64,7 +70,8 @@ extension ClientContext {
             ladder: RecoveryLadder(backoff: policy.backoff, rungs: links.transports.rungs),
             generation: await monitor.transportGeneration)
         do {
-            try await follower.run(access: access, process: process, caughtUp: caughtUp)
+            try await follower.run(
+                access: access, process: process, readElsewhere: readElsewhere, caughtUp: caughtUp)
         } catch {
             await follower.end(gone: true)
             throw error
@@ -114,15 +121,24 @@ extension ClientContext {
         _ topic: TopicName, on link: any RelayLink, key: TopicAccess?, untilCaughtUp: Bool,
         access: () throws(RallyClientError) -> TopicAccess?,
         process: @Sendable (WireEnvelope) async throws(RallyClientError) -> Void,
+        readElsewhere: @Sendable (WireEnvelope) async throws(RallyClientError) -> Void = { _ in },
         caughtUp: @Sendable () async -> Void
     ) async throws(RallyClientError) -> ReadOutcome {
         let cursor = try stored { () throws(LocalStoreError) in try store.cursor(for: topic) }
         let events = await link.subscribe(topic: topic, after: cursor, access: key)
+        // The last place this subscription handed on: a place again (a
+        // relay replaying) is dropped, not shown twice.
+        var handled = cursor
         do {
             for try await event in events {
                 switch event {
                 case .envelope(let envelope):
-                    guard envelope.seq > (try store.cursor(for: topic)) else { continue }
+                    guard envelope.seq > handled else { continue }
+                    handled = envelope.seq
+                    guard envelope.seq > (try store.cursor(for: topic)) else {
+                        try await readElsewhere(envelope)
+                        continue
+                    }
                     try await process(envelope)
                 case .caughtUp:
                     await caughtUp()
@@ -178,6 +194,7 @@ struct LiveFollower {
     mutating func run(
         access: () throws(RallyClientError) -> TopicAccess?,
         process: @Sendable (WireEnvelope) async throws(RallyClientError) -> Void,
+        readElsewhere: @Sendable (WireEnvelope) async throws(RallyClientError) -> Void,
         caughtUp: @Sendable () async -> Void
     ) async throws(RallyClientError) {
         let monitor = context.monitor
@@ -207,6 +224,7 @@ struct LiveFollower {
             let subscribed = Subscribed()
             let outcome = try await context.read(
                 topic, on: link, key: key, untilCaughtUp: false, access: access, process: process,
+                readElsewhere: readElsewhere,
                 caughtUp: {
                     await subscribed.mark()
                     await monitor.report(party, .live)

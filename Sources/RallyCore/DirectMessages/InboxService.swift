@@ -42,8 +42,15 @@ struct InboxService: Sendable {
     func follow(untilCaughtUp: Bool, handler: @Sendable (InboxEvent) async -> Void) async throws(RallyClientError) {
         let processor = InboxProcessor(identity: context.identity, codecs: context.codecs)
         let topic = context.inboxTopic
+        let store = context.store
         try await context.followTopic(topic, untilCaughtUp: untilCaughtUp) { envelope throws(RallyClientError) in
             try await ingest(envelope, topic: topic, processor: processor, handler: handler)
+        } readElsewhere: { envelope throws(RallyClientError) in
+            // Stored by another reader of this home: shown as stored.
+            let stored = try context.stored { () throws(LocalStoreError) in
+                try store.message(topic: topic, seq: envelope.seq)
+            }
+            if let stored { await handler(.message(stored)) }
         } caughtUp: {
             await handler(.caughtUp)
         }
@@ -90,7 +97,16 @@ struct InboxService: Sendable {
                     try store.ingest(topic: topic, seq: envelope.seq, message: message, joinEvent: answer, now: now)
                 }
             }
-            if isNew { await handler(.message(message)) }
+            if isNew {
+                await handler(.message(message))
+            } else if let stored = try context.stored({ () throws(LocalStoreError) in
+                try store.message(topic: topic, seq: envelope.seq)
+            }) {
+                // Another reader of this home stored this very entry while
+                // this one processed it; a duplicate elsewhere in the
+                // inbox is stored at another place and not shown again.
+                await handler(.message(stored))
+            }
             await leaveCancelledJoins()
         case .failure(let rejection):
             context.logger.warning("\(rejection)")

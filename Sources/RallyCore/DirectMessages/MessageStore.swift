@@ -56,6 +56,10 @@ struct MessageRecord: Codable, FetchableRecord, PersistableRecord {
             index: "message_by_conversation", on: databaseTableName, columns: ["conversation", "local_order"])
     }
 
+    static func indexByPlace(_ db: Database) throws {
+        try db.create(index: "message_by_place", on: databaseTableName, columns: ["topic", "seq"])
+    }
+
     init(_ message: StoredMessage, localOrder: Int64) {
         id = message.id
         conversation = message.conversation
@@ -189,6 +193,17 @@ extension LocalStore {
     /// The stored message with this id, if any.
     func message(id: String) throws(LocalStoreError) -> StoredMessage? {
         try read { db in try MessageRecord.fetchOne(db, key: id).map { try $0.message() } }
+    }
+
+    /// The message stored at `seq` of `topic`, if the entry there was one
+    /// this home kept.
+    func message(topic: TopicName, seq: UInt64) throws(LocalStoreError) -> StoredMessage? {
+        guard let place = Int64(exactly: seq) else { return nil }
+        return try read { db in
+            try MessageRecord.fetchOne(
+                db, sql: "SELECT * FROM message WHERE topic = ? AND seq = ?", arguments: [topic.rawValue, place]
+            ).map { try $0.message() }
+        }
     }
 
     func messageCount() throws(LocalStoreError) -> Int {

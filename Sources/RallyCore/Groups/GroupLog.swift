@@ -92,6 +92,14 @@ struct GroupLog: Sendable {
             ) { envelope throws(RallyClientError) in
                 let event = try await ingest(envelope, groupID: groupID, processor: processor)
                 await handler(event)
+            } readElsewhere: { envelope throws(RallyClientError) in
+                // Applied by another reader of this home: its message (if
+                // the entry was one) is shown as stored; a commit's outcome
+                // was reported where it was applied.
+                let stored = try context.stored { () throws(LocalStoreError) in
+                    try store.message(topic: topic, seq: envelope.seq)
+                }
+                if let stored, stored.conversation == groupID { await handler(.message(stored)) }
             }
         } catch .relay(.refused(.topicDeleted, _)) {
             // Only a holder of the topic's current key can delete it: a

@@ -165,6 +165,11 @@ final class LocalStore: Sendable {
             // keep what they show (GroupWelcomeCodec.keptCopy).
             try MessageRecord.keepLessOfWelcomes(db)
         }
+        migrator.registerMigration("v12-message-by-place") { db in
+            // A follower finds the message another process on this home
+            // stored at a place in a topic (docs/adr/0026).
+            try MessageRecord.indexByPlace(db)
+        }
         return migrator
     }
 
