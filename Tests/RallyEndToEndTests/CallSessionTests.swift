@@ -2,6 +2,7 @@ import Foundation
 import RallyCore
 import RallyTestSupport
 import RallyTesting
+import Synchronization
 import Testing
 
 /// A real relay with a fault proxy in front of it, for calls: Alice reaches
@@ -28,10 +29,12 @@ struct CallNetwork {
 
     /// Alice: through the proxy, on the manual clock.
     func alice(
-        _ room: CallRooms.Created, media: ScriptedMediaEngine = ScriptedMediaEngine(name: "alice")
+        _ room: CallRooms.Created, media: ScriptedMediaEngine = ScriptedMediaEngine(name: "alice"),
+        joinTimeout: Duration = CallSession.defaultJoinTimeout
     ) -> CallSession {
         let link = CallLink(relayURL: proxy.url, room: room.link.room, secret: room.link.secret)
-        return CallSession(link: link, media: media, clock: clock.clientClock, jitter: { 1 })
+        return CallSession(
+            link: link, media: media, clock: clock.clientClock, jitter: { 1 }, joinTimeout: joinTimeout)
     }
 
     /// Bob: straight to the relay, on the system clock.
@@ -48,6 +51,7 @@ struct CallNetwork {
 /// Everything a call showed, in order, with a way to wait for a state.
 struct CallWatch {
     let arrivals = Arrivals<CallSnapshot>()
+    private let reported = Once()
 
     init(_ session: CallSession) async {
         let stream = await session.updates()
@@ -60,23 +64,50 @@ struct CallWatch {
     /// Returns the first snapshot (from now on, or already seen last) that
     /// satisfies `condition`.
     @discardableResult
-    func wait(_ condition: @escaping @Sendable (CallSnapshot) -> Bool) async -> CallSnapshot {
+    func wait(
+        _ condition: @escaping @Sendable (CallSnapshot) -> Bool, sourceLocation: SourceLocation = #_sourceLocation
+    ) async -> CallSnapshot {
         await arrivals.wait { values in values.last.map(condition) ?? false }
+        let values = await arrivals.values
+        if Task.isCancelled, !(values.last.map(condition) ?? false), reported.first() {
+            // The time limit ended a wait for a state that never came: say
+            // where the call was, once.
+            Issue.record("waited in vain; the call last showed: \(Self.trail(values))", sourceLocation: sourceLocation)
+        }
         // Nothing yet only when the wait was cancelled (the time limit).
-        return await arrivals.values.last ?? CallSnapshot()
+        return values.last ?? CallSnapshot()
+    }
+
+    /// The last snapshots, one line each.
+    static func trail(_ values: [CallSnapshot]) -> String {
+        values.suffix(8).map { snapshot in
+            "\(snapshot.phase)/\(snapshot.status.status) transport \(snapshot.transport) rungs \(snapshot.rungs.count) pending \(snapshot.pending.map { "\($0.rung) #\($0.attempt)" } ?? "none")"
+        }.joined(separator: "; ")
     }
 
     var all: [CallSnapshot] { get async { await arrivals.values } }
 }
 
+/// True the first time it is asked, false ever after.
+final class Once: Sendable {
+    private let asked = Mutex(false)
+
+    func first() -> Bool {
+        asked.withLock { asked in
+            defer { asked = true }
+            return !asked
+        }
+    }
+}
+
 /// Two sessions in one room, both in the call.
 func inCall(
-    _ network: CallNetwork
+    _ network: CallNetwork, aliceJoinTimeout: Duration = CallSession.defaultJoinTimeout
 ) async throws -> (
     room: CallRooms.Created, alice: CallSession, bob: CallSession, aliceWatch: CallWatch, bobWatch: CallWatch
 ) {
     let room = try await network.room()
-    let alice = network.alice(room)
+    let alice = network.alice(room, joinTimeout: aliceJoinTimeout)
     let bob = network.bob(room)
     let aliceWatch = await CallWatch(alice)
     let bobWatch = await CallWatch(bob)
@@ -285,6 +316,26 @@ struct CallSessionTests {
         #expect(first.attempt == 1 && first.rung == .iceRestart && first.delay == .milliseconds(200))
         network.proxy.setMode(.pass)
         while await alice.current.status.status != .connected { await nextRung(network, aliceWatch) }
+        await alice.leave()
+        await bob.leave()
+    }
+
+    @Test("a path that takes the socket but never answers the join: the attempt gives up and the ladder climbs on")
+    func joinNeverAnswered() async throws {
+        let network = try await CallNetwork.start()
+        defer { Task { await network.stop() } }
+        let (_, alice, bob, aliceWatch, _) = try await inCall(network, aliceJoinTimeout: .milliseconds(300))
+        await cut(network, aliceWatch)
+        // New connections are taken and held: the upgrade is never answered.
+        network.proxy.setMode(.stall)
+        let first = try #require(await nextRung(network, aliceWatch))
+        #expect(first.rung == .iceRestart)
+        let next = await aliceWatch.wait { $0.pending != nil || $0.phase == .idle }
+        #expect(next.pending?.attempt == 2 && next.rungs.count == 1)
+        #expect(next.phase == .inCall && next.status.status == .recovering)
+        network.proxy.setMode(.pass)
+        while await alice.current.status.status != .connected { await nextRung(network, aliceWatch) }
+        #expect(await alice.current.phase == .inCall)
         await alice.leave()
         await bob.leave()
     }

@@ -17,6 +17,7 @@ public actor CallSession {
     private let media: any CallMediaEngine
     private let clock: ClientClock
     private let jitter: @Sendable () -> Double
+    private let joinTimeout: Duration
     private let seal: CallSignalSeal
 
     private var snapshot = CallSnapshot()
@@ -35,14 +36,21 @@ public actor CallSession {
     private var mediaTask: Task<Void, Never>?
     private var observers: [UUID: AsyncStream<CallSnapshot>.Continuation] = [:]
 
+    /// How long a WebSocket attempt waits for the room's answer to its join.
+    public static let defaultJoinTimeout: Duration = .seconds(15)
+
+    /// `joinTimeout` (real time, like the transport's heartbeat) bounds how
+    /// long a WebSocket attempt waits for the room's answer to its join.
     public init(
         link: CallLink, media: any CallMediaEngine, clock: ClientClock = .system, backoff: Backoff = .standard,
-        jitter: @escaping @Sendable () -> Double = { Double.random(in: 0...1) }
+        jitter: @escaping @Sendable () -> Double = { Double.random(in: 0...1) },
+        joinTimeout: Duration = CallSession.defaultJoinTimeout
     ) {
         self.link = link
         self.media = media
         self.clock = clock
         self.jitter = jitter
+        self.joinTimeout = joinTimeout
         seal = CallSignalSeal(link: link)
         ladder = CallLadder(backoff: backoff)
     }
@@ -114,7 +122,7 @@ public actor CallSession {
         channel = nil
         await old?.close()
         let (opened, joined) = try await CallSignaling.open(
-            transport, relayURL: link.relayURL, room: link.room, token: token)
+            transport, relayURL: link.relayURL, room: link.room, token: token, joinTimeout: joinTimeout)
         guard generation == channelGeneration, !over else {
             await opened.close()
             return

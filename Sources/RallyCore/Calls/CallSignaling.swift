@@ -48,10 +48,12 @@ enum CallSignaling {
     static let requestTimeout: TimeInterval = 15
 
     static func open(
-        _ transport: CallSignalingTransport, relayURL: URL, room: String, token: String?
+        _ transport: CallSignalingTransport, relayURL: URL, room: String, token: String?,
+        joinTimeout: Duration = CallSession.defaultJoinTimeout
     ) async throws(CallJoinFailure) -> (channel: any CallSignalingChannel, joined: CallJoined) {
         switch transport {
-        case .webSocket: try await WebSocketCallChannel.open(relayURL: relayURL, room: room, token: token)
+        case .webSocket:
+            try await WebSocketCallChannel.open(relayURL: relayURL, room: room, token: token, joinTimeout: joinTimeout)
         case .http: try await HTTPCallChannel.open(relayURL: relayURL, room: room, token: token)
         }
     }
@@ -91,6 +93,7 @@ actor WebSocketCallChannel: CallSignalingChannel {
     private var ended = false
     private var runTask: Task<Void, Never>?
     private var heartbeatTask: Task<Void, Never>?
+    private var joinTimer: Task<Void, Never>?
     private var lastHeard = ContinuousClock.now
 
     private init() {
@@ -98,14 +101,16 @@ actor WebSocketCallChannel: CallSignalingChannel {
     }
 
     static func open(
-        relayURL: URL, room: String, token: String?
+        relayURL: URL, room: String, token: String?, joinTimeout: Duration
     ) async throws(CallJoinFailure) -> (channel: any CallSignalingChannel, joined: CallJoined) {
         let channel = WebSocketCallChannel()
         let url = CallSignaling.endpoint(relayURL, "/v1/rooms/\(room)/ws", webSocket: true)
         let first: RoomServerFrame
         do {
             first = try await withCheckedThrowingContinuation { continuation in
-                Task { await channel.start(url: url, token: token, waiter: continuation) }
+                Task {
+                    await channel.start(url: url, token: token, joinTimeout: joinTimeout, waiter: continuation)
+                }
             }
         } catch {
             await channel.close()
@@ -119,8 +124,17 @@ actor WebSocketCallChannel: CallSignalingChannel {
         return (channel, joined)
     }
 
-    private func start(url: String, token: String?, waiter: CheckedContinuation<RoomServerFrame, any Error>) {
+    private func start(
+        url: String, token: String?, joinTimeout: Duration, waiter: CheckedContinuation<RoomServerFrame, any Error>
+    ) {
         joinWaiter = waiter
+        // A path that takes the socket but never answers the join (a
+        // stalled proxy, a relay that lost it) fails this attempt, so the
+        // ladder goes on to its next rung instead of waiting forever.
+        joinTimer = Task { [weak self] in
+            try? await Task.sleep(for: joinTimeout)
+            await self?.joinTimedOut(after: joinTimeout)
+        }
         var configuration = WebSocketClientConfiguration()
         configuration.maxFrameSize = RoomWireLimits.maxFrameBytes
         let join = String(decoding: RoomFrameCodec.encode(RoomClientFrame.join(token: token)), as: UTF8.self)
@@ -156,15 +170,24 @@ actor WebSocketCallChannel: CallSignalingChannel {
         lastHeard = .now
         if let waiter = joinWaiter {
             joinWaiter = nil
+            joinTimer?.cancel()
             waiter.resume(returning: frame)
             return
         }
         if frame != .pong { continuation.yield(frame) }
     }
 
+    private func joinTimedOut(after timeout: Duration) async {
+        guard let waiter = joinWaiter else { return }
+        joinWaiter = nil
+        waiter.resume(throwing: CallSignalingTimedOut(timeout: timeout))
+        await close()
+    }
+
     private func ended(_ error: (any Error)?) {
         ended = true
         writer = nil
+        joinTimer?.cancel()
         if let waiter = joinWaiter {
             joinWaiter = nil
             waiter.resume(throwing: error ?? CallSignalingDropped())
@@ -210,6 +233,11 @@ actor WebSocketCallChannel: CallSignalingChannel {
 }
 
 struct CallSignalingDropped: Error {}
+
+struct CallSignalingTimedOut: Error, CustomStringConvertible {
+    let timeout: Duration
+    var description: String { "the relay did not answer the join within \(timeout)" }
+}
 
 /// Signaling over HTTP: a request per frame sent, long polls for the frames
 /// received. Requests run on an ``HTTPExchange``, which (unlike
