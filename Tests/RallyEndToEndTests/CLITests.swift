@@ -101,7 +101,7 @@ struct CLITests {
         let follower = try ChildProcess.launch(
             RallyBinary.url, ["dm", "read", "--follow", "--json", "--home", homes.path("bob").path] + common,
             stderr: .inherit)
-        let reader = LineReader(follower.standardOutput!)
+        let reader = LineReader(follower)
         // The connection's status comes first, as its own kind of line.
         struct StatusLine: Decodable {
             let event: String
@@ -170,8 +170,11 @@ struct CLITests {
 }
 
 /// Reads lines from a child's stdout without blocking the concurrency pool.
+/// A read the test's time limit cancels ends the child, so its output ends
+/// and the test fails instead of hanging the run on a blocked read.
 final class LineReader: Sendable {
     let handle: FileHandle
+    private let child: ChildProcess
     private let buffer = Buffer()
 
     actor Buffer {
@@ -185,14 +188,22 @@ final class LineReader: Sendable {
         }
     }
 
-    init(_ handle: FileHandle) { self.handle = handle }
+    init(_ child: ChildProcess) {
+        handle = child.standardOutput!
+        self.child = child
+    }
 
     /// The next complete line, or nil at end of output.
     func nextLine() async throws -> String? {
         while true {
             if let line = await buffer.takeLine() { return line }
             let handle = self.handle
-            let chunk = try await onOwnThread { handle.availableData }
+            let child = self.child
+            let chunk = try await withTaskCancellationHandler {
+                try await onOwnThread { handle.availableData }
+            } onCancel: {
+                child.signal(SIGKILL)
+            }
             if chunk.isEmpty { return nil }
             await buffer.append(chunk)
         }

@@ -167,7 +167,7 @@ struct ConnectionCLITests {
 
         let follower = try ChildProcess.launch(
             RallyBinary.url, ["dm", "read", "--follow", "--home", homes.path("bob").path] + common, stderr: .inherit)
-        let reader = LineReader(follower.standardOutput!)
+        let reader = LineReader(follower)
         // A message printed: the follower is live.
         _ = try await rally("alice", ["dm", "send", bob.inboxId, "are you there"])
         #expect(try await reader.nextLine()?.contains("are you there") == true)
@@ -206,7 +206,7 @@ struct ConnectionCLITests {
 
         let follower = try ChildProcess.launch(
             RallyBinary.url, ["group", "read", created.groupId, "--follow", "--json"] + common, stderr: .inherit)
-        let reader = LineReader(follower.standardOutput!)
+        let reader = LineReader(follower)
         struct Line: Decodable {
             var event: String?
             var status: String?
@@ -244,7 +244,7 @@ struct ConnectionCLITests {
             var text: String?
         }
         let watcher = try ChildProcess.launch(RallyBinary.url, ["watch", "--json"] + common, stderr: .inherit)
-        let reader = LineReader(watcher.standardOutput!)
+        let reader = LineReader(watcher)
         func nextConnectionEvent() async throws -> Event? {
             while let line = try await reader.nextLine() {
                 let event = try JSONDecoder().decode(Event.self, from: Data(line.utf8))

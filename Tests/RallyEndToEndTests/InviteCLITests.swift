@@ -68,7 +68,7 @@ struct InviteCLITests {
         /// answers for at least one invite inbox.
         func startWatch(_ home: String) async throws -> (ChildProcess, LineReader) {
             let watcher = try ChildProcess.launch(RallyBinary.url, ["watch", "--json"] + args(home), stderr: .inherit)
-            let reader = LineReader(watcher.standardOutput!)
+            let reader = LineReader(watcher)
             while let line = try await reader.nextLine() {
                 let event = try json(WatchEventJSON.self, line)
                 if event.event == "following", event.inviteInboxes?.isEmpty == false { break }

@@ -44,7 +44,7 @@ struct SharedHomeCLITests {
                 RallyBinary.url,
                 ["watch", "--json", "--home", homes.path(home).path, "--relay", relay.url.absoluteString],
                 stderr: .null)
-            let reader = LineReader(watcher.standardOutput!)
+            let reader = LineReader(watcher)
             while let line = try await reader.nextLine() {
                 let event = try JSONDecoder().decode(WatchEventJSON.self, from: Data(line.utf8))
                 if event.event == "following", groups.isSubset(of: Set(event.groups ?? [])) { break }
