@@ -325,6 +325,27 @@ struct UntrustedRelayTests {
         }
     }
 
+    @Test("A relay that sends a group's entries twice: a live follower shows each message once")
+    func replayedEntriesShownOnce() async throws {
+        let w = try await SplitWorld.start()
+        let topic = try await w.bob.group(w.groupID).topic.rawValue
+        let bobKey = w.bob.identity.signingKey.publicKey.rawRepresentation
+        await w.proxy.replay { key, envelope in key == bobKey && envelope.topic == topic }
+        let shown = Arrivals<String>()
+        let following = Task {
+            try await w.bob.followGroup(w.groupID, untilCaughtUp: false) { event in
+                if case .message(let message) = event { await shown.append(message.displayText) }
+            }
+        }
+        for text in ["one", "two", "three"] { _ = try await w.alice.sendGroupText(text, to: w.groupID) }
+        await shown.wait { $0.count >= 3 }
+        // Each copy of "one" and "two" came before the next message did.
+        #expect(await shown.values == ["one", "two", "three"])
+        #expect(await w.proxy.replayed.count >= 2)
+        following.cancel()
+        await w.stop()
+    }
+
     @Test("A relay that withholds a removal from one member: that member finds out, says so, and sends nothing more")
     func withheldRemovalIsDetected() async throws {
         let w = try await SplitWorld.start()

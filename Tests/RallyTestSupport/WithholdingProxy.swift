@@ -20,7 +20,9 @@ public final class WithholdingProxy: Sendable {
     /// it authenticated with), whether the proxy drops it.
     public actor Filter {
         var withhold: @Sendable (_ signingKey: Data?, WireEnvelope) -> Bool = { _, _ in false }
+        var replay: @Sendable (_ signingKey: Data?, WireEnvelope) -> Bool = { _, _ in false }
         public private(set) var withheld: [WireEnvelope] = []
+        public private(set) var replayed: [WireEnvelope] = []
 
         func judge(_ envelope: WireEnvelope, for signingKey: Data?) -> Bool {
             guard withhold(signingKey, envelope) else { return false }
@@ -28,7 +30,15 @@ public final class WithholdingProxy: Sendable {
             return true
         }
 
+        /// Whether the envelope goes out a second time, right after itself.
+        func repeats(_ envelope: WireEnvelope, for signingKey: Data?) -> Bool {
+            guard replay(signingKey, envelope) else { return false }
+            replayed.append(envelope)
+            return true
+        }
+
         public func set(_ withhold: @escaping @Sendable (Data?, WireEnvelope) -> Bool) { self.withhold = withhold }
+        func setReplay(_ replay: @escaping @Sendable (Data?, WireEnvelope) -> Bool) { self.replay = replay }
     }
 
     /// The signing key a connection authenticated with, as it went past.
@@ -50,6 +60,15 @@ public final class WithholdingProxy: Sendable {
     }
 
     public var withheld: [WireEnvelope] { get async { await filter.withheld } }
+
+    /// Sends, from now on, every envelope `replay` picks twice in a row to
+    /// a connection authenticated with the given signing key (a relay
+    /// replaying its log).
+    public func replay(_ replay: @escaping @Sendable (_ signingKey: Data?, WireEnvelope) -> Bool) async {
+        await filter.setReplay(replay)
+    }
+
+    public var replayed: [WireEnvelope] { get async { await filter.replayed } }
 
     /// Starts the proxy on a free loopback port. `upstream` is read when a
     /// connection arrives, so the relay may start after the proxy (it has
@@ -84,15 +103,17 @@ public final class WithholdingProxy: Sendable {
                     group.addTask {
                         for try await message in upstreamInbound.messages(maxSize: WireLimits.maxFrameBytes) {
                             guard case .binary(let buffer) = message else { continue }
+                            var copies = 1
                             if let frame = try? FrameCodec.decode(
                                 WireServerFrame.self, from: Data(buffer.readableBytesView),
                                 limit: WireLimits.maxFrameBytes),
-                                case .envelope(let envelope)? = frame.body,
-                                await filter.judge(envelope, for: connection.signingKey)
+                                case .envelope(let envelope)? = frame.body
                             {
-                                continue
+                                let key = await connection.signingKey
+                                if await filter.judge(envelope, for: key) { continue }
+                                if await filter.repeats(envelope, for: key) { copies = 2 }
                             }
-                            try await outbound.write(.binary(buffer))
+                            for _ in 0..<copies { try await outbound.write(.binary(buffer)) }
                         }
                     }
                     // Either side ending ends the other.
