@@ -30,11 +30,11 @@ struct CallNetwork {
     /// Alice: through the proxy, on the manual clock.
     func alice(
         _ room: CallRooms.Created, media: ScriptedMediaEngine = ScriptedMediaEngine(name: "alice"),
-        joinTimeout: Duration = CallSession.defaultJoinTimeout
+        rungJoinTimeout: Duration = CallSession.defaultJoinTimeout
     ) -> CallSession {
         let link = CallLink(relayURL: proxy.url, room: room.link.room, secret: room.link.secret)
         return CallSession(
-            link: link, media: media, clock: clock.clientClock, jitter: { 1 }, joinTimeout: joinTimeout)
+            link: link, media: media, clock: clock.clientClock, jitter: { 1 }, rungJoinTimeout: rungJoinTimeout)
     }
 
     /// Bob: straight to the relay, on the system clock.
@@ -102,12 +102,12 @@ final class Once: Sendable {
 
 /// Two sessions in one room, both in the call.
 func inCall(
-    _ network: CallNetwork, aliceJoinTimeout: Duration = CallSession.defaultJoinTimeout
+    _ network: CallNetwork, aliceRungJoinTimeout: Duration = CallSession.defaultJoinTimeout
 ) async throws -> (
     room: CallRooms.Created, alice: CallSession, bob: CallSession, aliceWatch: CallWatch, bobWatch: CallWatch
 ) {
     let room = try await network.room()
-    let alice = network.alice(room, joinTimeout: aliceJoinTimeout)
+    let alice = network.alice(room, rungJoinTimeout: aliceRungJoinTimeout)
     let bob = network.bob(room)
     let aliceWatch = await CallWatch(alice)
     let bobWatch = await CallWatch(bob)
@@ -324,7 +324,7 @@ struct CallSessionTests {
     func joinNeverAnswered() async throws {
         let network = try await CallNetwork.start()
         defer { Task { await network.stop() } }
-        let (_, alice, bob, aliceWatch, _) = try await inCall(network, aliceJoinTimeout: .milliseconds(300))
+        let (_, alice, bob, aliceWatch, _) = try await inCall(network, aliceRungJoinTimeout: .milliseconds(300))
         await cut(network, aliceWatch)
         // New connections are taken and held: the upgrade is never answered.
         network.proxy.setMode(.stall)

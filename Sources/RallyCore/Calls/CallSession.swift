@@ -17,7 +17,7 @@ public actor CallSession {
     private let media: any CallMediaEngine
     private let clock: ClientClock
     private let jitter: @Sendable () -> Double
-    private let joinTimeout: Duration
+    private let rungJoinTimeout: Duration
     private let seal: CallSignalSeal
 
     private var snapshot = CallSnapshot()
@@ -39,18 +39,20 @@ public actor CallSession {
     /// How long a WebSocket attempt waits for the room's answer to its join.
     public static let defaultJoinTimeout: Duration = .seconds(15)
 
-    /// `joinTimeout` (real time, like the transport's heartbeat) bounds how
-    /// long a WebSocket attempt waits for the room's answer to its join.
+    /// `rungJoinTimeout` (real time, like the transport's heartbeat) bounds
+    /// how long a ladder rung's WebSocket attempt waits for the room's
+    /// answer to its join before the ladder moves on; the first join waits
+    /// ``defaultJoinTimeout``.
     public init(
         link: CallLink, media: any CallMediaEngine, clock: ClientClock = .system, backoff: Backoff = .standard,
         jitter: @escaping @Sendable () -> Double = { Double.random(in: 0...1) },
-        joinTimeout: Duration = CallSession.defaultJoinTimeout
+        rungJoinTimeout: Duration = CallSession.defaultJoinTimeout
     ) {
         self.link = link
         self.media = media
         self.clock = clock
         self.jitter = jitter
-        self.joinTimeout = joinTimeout
+        self.rungJoinTimeout = rungJoinTimeout
         seal = CallSignalSeal(link: link)
         ladder = CallLadder(backoff: backoff)
     }
@@ -88,7 +90,7 @@ public actor CallSession {
             }
         }
         do {
-            try await openSignaling(.webSocket)
+            try await openSignaling(.webSocket, joinTimeout: CallSession.defaultJoinTimeout)
         } catch {
             await refused(error)
             return
@@ -115,14 +117,17 @@ public actor CallSession {
 
     // MARK: Signaling
 
-    private func openSignaling(_ transport: CallSignalingTransport) async throws(CallJoinFailure) {
+    private func openSignaling(
+        _ transport: CallSignalingTransport, joinTimeout: Duration? = nil
+    ) async throws(CallJoinFailure) {
         channelGeneration += 1
         let generation = channelGeneration
         let old = channel
         channel = nil
         await old?.close()
         let (opened, joined) = try await CallSignaling.open(
-            transport, relayURL: link.relayURL, room: link.room, token: token, joinTimeout: joinTimeout)
+            transport, relayURL: link.relayURL, room: link.room, token: token,
+            joinTimeout: joinTimeout ?? rungJoinTimeout)
         guard generation == channelGeneration, !over else {
             await opened.close()
             return
