@@ -82,6 +82,7 @@ struct CallWatch {
     static func trail(_ values: [CallSnapshot]) -> String {
         values.suffix(8).map { snapshot in
             "\(snapshot.phase)/\(snapshot.status.status) transport \(snapshot.transport) rungs \(snapshot.rungs.count) pending \(snapshot.pending.map { "\($0.rung) #\($0.attempt)" } ?? "none")"
+                + (snapshot.error.map { " error \($0)" } ?? "")
         }.joined(separator: "; ")
     }
 
