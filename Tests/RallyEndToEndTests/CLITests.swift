@@ -2,7 +2,7 @@ import Foundation
 import RallyTestSupport
 import Testing
 
-@Suite("The rally command line against a real relay")
+@Suite("The rally command line against a real relay", .timeLimit(.minutes(10)))
 struct CLITests {
     struct IdentityJSON: Decodable {
         let name: String

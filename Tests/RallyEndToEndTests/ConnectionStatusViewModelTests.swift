@@ -65,7 +65,7 @@ private struct Shown: Equatable, CustomStringConvertible {
     }
 }
 
-@Suite("ConnectionStatusViewModel")
+@Suite("ConnectionStatusViewModel", .timeLimit(.minutes(10)))
 @MainActor
 struct ConnectionStatusViewModelTests {
     /// A model that has applied exactly `updates`: the stream is finished

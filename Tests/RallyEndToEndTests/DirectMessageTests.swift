@@ -6,7 +6,7 @@ import Testing
 
 @testable import RallyCore
 
-@Suite("Direct messages through a real relay")
+@Suite("Direct messages through a real relay", .timeLimit(.minutes(10)))
 struct DirectMessageTests {
     @Test("A direct message travels from Alice to Bob and back, verified and decrypted")
     func roundTrip() async throws {

@@ -5,7 +5,7 @@ import Testing
 
 /// The README's "Embedding the SDK" example, run as written against a real
 /// relay, so the example keeps compiling and keeps telling the truth.
-@Suite("The README's embedding example")
+@Suite("The README's embedding example", .timeLimit(.minutes(10)))
 struct EmbeddingExampleTests {
     @Test("Create a client, join with an invite link, observe the join, send to the group")
     func readmeExample() async throws {

@@ -2,7 +2,7 @@ import Foundation
 import RallyTestSupport
 import Testing
 
-@Suite("rally group commands against a real relay")
+@Suite("rally group commands against a real relay", .timeLimit(.minutes(10)))
 struct GroupCLITests {
     struct IdentityJSON: Decodable { let inboxId: String }
     struct GroupJSON: Decodable {

@@ -41,7 +41,7 @@ func memberList(_ client: RallyClient, _ groupID: String) async throws -> [Strin
     try await client.group(groupID).state.sortedMembers.map { "\($0.identity.displayName):\($0.role)" }
 }
 
-@Suite("Groups through a real relay")
+@Suite("Groups through a real relay", .timeLimit(.minutes(10)))
 struct GroupTests {
     @Test("Three members exchange messages; a removed member reads nothing after removal and its posts are rejected")
     func threeMembersAndRemoval() async throws {

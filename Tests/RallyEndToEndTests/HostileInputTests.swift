@@ -6,7 +6,7 @@ import Testing
 
 @testable import RallyCore
 
-@Suite("Hostile input, end to end")
+@Suite("Hostile input, end to end", .timeLimit(.minutes(10)))
 struct HostileInputTests {
     /// Posts raw bytes to an inbox as an envelope payload, the way an
     /// attacker who knows the inbox id could.

@@ -6,7 +6,7 @@ import Testing
 
 @testable import RallyCore
 
-@Suite("InboxViewModel against a real relay")
+@Suite("InboxViewModel against a real relay", .timeLimit(.minutes(10)))
 @MainActor
 struct InboxViewModelTests {
     @Test("refresh shows received messages; send appends; a failure becomes a readable error")

@@ -19,7 +19,7 @@ func collect(
     return envelopes
 }
 
-@Suite("Relay guarantees, end to end")
+@Suite("Relay guarantees, end to end", .timeLimit(.minutes(10)))
 struct RelayGuaranteeTests {
     @Test("Every acknowledged publish survives SIGKILL of the relay and a restart")
     func acknowledgedSurvivesKill() async throws {

@@ -16,7 +16,7 @@ import Testing
 
 /// The fault proxy in front of a real relay: what each mode does to HTTP
 /// requests and WebSocket sessions that go through it.
-@Suite("FaultProxy")
+@Suite("FaultProxy", .timeLimit(.minutes(10)))
 struct FaultProxyTests {
     @Test("pass forwards HTTP, and a WebSocket session signed with the proxy's origin")
     func passesTraffic() async throws {

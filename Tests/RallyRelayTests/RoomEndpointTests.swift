@@ -13,7 +13,7 @@ import Testing
 /// WebSocket and over HTTP, signals relayed as opaque bytes, the reconnect
 /// token, leave, end, `room_gone` with its reason, hostile frames, and the
 /// browser client's pages and their headers.
-@Suite("Call rooms on the relay")
+@Suite("Call rooms on the relay", .timeLimit(.minutes(10)))
 struct RoomEndpointTests {
     struct Created: Decodable {
         var room: String

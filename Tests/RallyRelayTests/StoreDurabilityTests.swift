@@ -10,7 +10,7 @@ import Testing
 /// acknowledged before the fsync that holds it. GRDB turns a pool's writer
 /// to NORMAL when it sets up WAL, after `prepareDatabase`; until stop 27
 /// the pragma was set there and lost.
-@Suite("Relay store durability")
+@Suite("Relay store durability", .timeLimit(.minutes(10)))
 struct StoreDurabilityTests {
     static let full = 2
 

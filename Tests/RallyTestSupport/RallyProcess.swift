@@ -27,15 +27,21 @@ public enum RallyBinary {
 
     /// Runs `rally ARGS…` to completion and captures its output. The
     /// blocking wait happens on a thread of its own, never on the Swift
-    /// concurrency pool (which an in-process relay needs meanwhile).
+    /// concurrency pool (which an in-process relay needs meanwhile). A
+    /// test whose time limit cancels the wait ends the child, so a hung
+    /// command fails its test instead of holding up the run.
     public static func run(_ arguments: [String], environment: [String: String] = [:]) async throws -> Result {
-        try await onOwnThread { try runBlocking(arguments, environment: environment) }
-    }
-
-    static func runBlocking(_ arguments: [String], environment: [String: String]) throws -> Result {
         var env = ProcessInfo.processInfo.environment
         for (key, value) in environment { env[key] = value }
         let process = try ChildProcess.launch(url, arguments, environment: env)
+        return try await withTaskCancellationHandler {
+            try await onOwnThread { collect(process) }
+        } onCancel: {
+            process.signal(SIGKILL)
+        }
+    }
+
+    static func collect(_ process: ChildProcess) -> Result {
         // Drain stderr on another thread while reading stdout, so a chatty
         // child can never block on a full pipe.
         let errBox = PipeDrain(process.standardError!)
