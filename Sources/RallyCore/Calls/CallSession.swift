@@ -291,19 +291,24 @@ public actor CallSession {
     private func climb() {
         guard ladderTask == nil, !over else { return }
         let step = ladder.next(unit: jitter())
+        // Armed before it is shown: whoever sees the planned step and moves
+        // the clock (a test's manual clock) finds the pause counted from
+        // before that move, not after it.
+        ladderTask = after(step.delay) { session in await session.tryRung(step) }
         snapshot.pending = step
         publish()
-        ladderTask = after(step.delay) { session in await session.tryRung(step) }
     }
 
     /// Runs `action` once `delay` has passed on the call's clock, counted
-    /// from now: the deadline is fixed here, so a clock that moves before
-    /// the task starts sleeping does not stretch the wait.
+    /// from `start` (now, unless the caller read the time already): the
+    /// deadline is fixed here, so a clock that moves before the task starts
+    /// sleeping does not stretch the wait.
     private func after(
-        _ delay: Duration, _ action: @escaping @Sendable (isolated CallSession) async -> Void
+        _ delay: Duration, from start: Date? = nil,
+        _ action: @escaping @Sendable (isolated CallSession) async -> Void
     ) -> Task<Void, Never> {
         let clock = clock
-        let deadline = clock.now().addingTimeInterval(
+        let deadline = (start ?? clock.now()).addingTimeInterval(
             Double(delay.components.seconds) + Double(delay.components.attoseconds) / 1e18)
         return Task { [weak self] in
             do {
@@ -361,7 +366,11 @@ public actor CallSession {
                 statusTimer = nil
             case .scheduleTimer(let at):
                 statusTimer?.cancel()
-                statusTimer = after(.milliseconds(max(0, at - nowMillis))) { session in session.statusTimerFired() }
+                // One reading of the clock for both the pause and its start.
+                let now = clock.now()
+                statusTimer = after(.milliseconds(max(0, at - ClientClock.millis(now))), from: now) { session in
+                    session.statusTimerFired()
+                }
             case .haptic:
                 snapshot.haptics += 1
             }
