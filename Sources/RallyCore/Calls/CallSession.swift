@@ -37,7 +37,7 @@ public actor CallSession {
     private var observers: [UUID: AsyncStream<CallSnapshot>.Continuation] = [:]
 
     /// How long a WebSocket attempt waits for the room's answer to its join.
-    public static let defaultJoinTimeout: Duration = .seconds(15)
+    public static let defaultJoinTimeout: Duration = .seconds(CallSignaling.requestTimeout)
 
     /// `rungJoinTimeout` (real time, like the transport's heartbeat) bounds
     /// how long a ladder rung's WebSocket attempt waits for the room's

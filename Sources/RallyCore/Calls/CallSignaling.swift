@@ -48,8 +48,7 @@ enum CallSignaling {
     static let requestTimeout: TimeInterval = 15
 
     static func open(
-        _ transport: CallSignalingTransport, relayURL: URL, room: String, token: String?,
-        joinTimeout: Duration = CallSession.defaultJoinTimeout
+        _ transport: CallSignalingTransport, relayURL: URL, room: String, token: String?, joinTimeout: Duration
     ) async throws(CallJoinFailure) -> (channel: any CallSignalingChannel, joined: CallJoined) {
         switch transport {
         case .webSocket:

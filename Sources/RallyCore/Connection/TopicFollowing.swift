@@ -79,6 +79,13 @@ extension ClientContext {
         await follower.end(gone: false)
     }
 
+    /// The message this home stored at `envelope`'s place, if that entry
+    /// was one it kept: what a reader shows for an entry another reader
+    /// stored first (docs/adr/0026).
+    func storedMessage(at envelope: WireEnvelope) throws(RallyClientError) -> StoredMessage? {
+        try stored { () throws(LocalStoreError) in try store.message(topic: envelope.topic, seq: envelope.seq) }
+    }
+
     /// Reads a topic's backlog on the shared link and returns.
     private func catchUp(
         _ topic: TopicName, access: () throws(RallyClientError) -> TopicAccess?,

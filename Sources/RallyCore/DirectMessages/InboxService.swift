@@ -42,15 +42,11 @@ struct InboxService: Sendable {
     func follow(untilCaughtUp: Bool, handler: @Sendable (InboxEvent) async -> Void) async throws(RallyClientError) {
         let processor = InboxProcessor(identity: context.identity, codecs: context.codecs)
         let topic = context.inboxTopic
-        let store = context.store
         try await context.followTopic(topic, untilCaughtUp: untilCaughtUp) { envelope throws(RallyClientError) in
             try await ingest(envelope, topic: topic, processor: processor, handler: handler)
         } readElsewhere: { envelope throws(RallyClientError) in
             // Stored by another reader of this home: shown as stored.
-            let stored = try context.stored { () throws(LocalStoreError) in
-                try store.message(topic: topic, seq: envelope.seq)
-            }
-            if let stored { await handler(.message(stored)) }
+            if let stored = try context.storedMessage(at: envelope) { await handler(.message(stored)) }
         } caughtUp: {
             await handler(.caughtUp)
         }
@@ -99,9 +95,7 @@ struct InboxService: Sendable {
             }
             if isNew {
                 await handler(.message(message))
-            } else if let stored = try context.stored({ () throws(LocalStoreError) in
-                try store.message(topic: topic, seq: envelope.seq)
-            }) {
+            } else if let stored = try context.storedMessage(at: envelope) {
                 // Another reader of this home stored this very entry while
                 // this one processed it; a duplicate elsewhere in the
                 // inbox is stored at another place and not shown again.

@@ -197,11 +197,11 @@ extension LocalStore {
 
     /// The message stored at `seq` of `topic`, if the entry there was one
     /// this home kept.
-    func message(topic: TopicName, seq: UInt64) throws(LocalStoreError) -> StoredMessage? {
+    func message(topic: String, seq: UInt64) throws(LocalStoreError) -> StoredMessage? {
         guard let place = Int64(exactly: seq) else { return nil }
         return try read { db in
             try MessageRecord.fetchOne(
-                db, sql: "SELECT * FROM message WHERE topic = ? AND seq = ?", arguments: [topic.rawValue, place]
+                db, sql: "SELECT * FROM message WHERE topic = ? AND seq = ?", arguments: [topic, place]
             ).map { try $0.message() }
         }
     }

@@ -96,10 +96,7 @@ struct GroupLog: Sendable {
                 // Applied by another reader of this home: its message (if
                 // the entry was one) is shown as stored; a commit's outcome
                 // was reported where it was applied.
-                let stored = try context.stored { () throws(LocalStoreError) in
-                    try store.message(topic: topic, seq: envelope.seq)
-                }
-                if let stored, stored.conversation == groupID { await handler(.message(stored)) }
+                if let stored = try context.storedMessage(at: envelope) { await handler(.message(stored)) }
             }
         } catch .relay(.refused(.topicDeleted, _)) {
             // Only a holder of the topic's current key can delete it: a
