@@ -115,7 +115,7 @@ public struct PublicIdentity: Sendable, Hashable {
             throw .malformed("key bundle")
         }
         try self.init(wire: bundle)
-        guard signingKey.isValidSignature(signed.signature, for: SigningDomain.keyBundle.bytes(signed.bundle))
+        guard signingKey.verifies(signed.signature, for: SigningDomain.keyBundle.bytes(signed.bundle))
         else {
             throw .invalidSignature("key bundle")
         }
@@ -138,7 +138,7 @@ public struct PublicIdentity: Sendable, Hashable {
     }
 
     public func isValidSignature(_ signature: Data, domain: SigningDomain, payload: Data) -> Bool {
-        signingKey.isValidSignature(signature, for: domain.bytes(payload))
+        signingKey.verifies(signature, for: domain.bytes(payload))
     }
 
     public static func == (lhs: PublicIdentity, rhs: PublicIdentity) -> Bool {

@@ -77,7 +77,7 @@ public struct InviteKeys: Sendable {
         _ proof: Data, by inviteIdentity: PublicIdentity, tag: Data, groupID: String, newcomer: InboxID,
         requestID: Data
     ) -> Bool {
-        inviteIdentity.signingKey.isValidSignature(
+        inviteIdentity.signingKey.verifies(
             proof, for: welcomeProofPayload(tag: tag, groupID: groupID, newcomer: newcomer, requestID: requestID))
     }
 }

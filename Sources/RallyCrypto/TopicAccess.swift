@@ -82,6 +82,6 @@ public struct TopicAccess: Sendable {
         guard proof.accessKey.count == 32, proof.signature.count == 64,
             let key = try? Curve25519.Signing.PublicKey(rawRepresentation: proof.accessKey)
         else { return false }
-        return key.isValidSignature(proof.signature, for: bytes)
+        return key.verifies(proof.signature, for: bytes)
     }
 }

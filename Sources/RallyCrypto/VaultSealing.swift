@@ -128,7 +128,7 @@ public enum VaultSealing {
 
     public static func verify(entry: Data, signature: Data, ownerSigningKey: Data) -> Bool {
         guard let key = try? Curve25519.Signing.PublicKey(rawRepresentation: ownerSigningKey) else { return false }
-        return key.isValidSignature(signature, for: SigningDomain.vaultEntry.bytes(entry))
+        return key.verifies(signature, for: SigningDomain.vaultEntry.bytes(entry))
     }
 
     private static func seal(_ plaintext: Data, key: SymmetricKey, aad: Data) throws(RallyCryptoError) -> Data {

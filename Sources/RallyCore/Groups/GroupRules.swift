@@ -125,7 +125,7 @@ public struct VerifiedGroupCommit: Sendable, Equatable {
             throw .malformed("group commit")
         }
         let author = try PublicIdentity(wire: commit.author)
-        guard author.signingKey.isValidSignature(signed.signature, for: signingDomain + signed.commit) else {
+        guard author.signingKey.verifies(signed.signature, for: signingDomain + signed.commit) else {
             throw .invalidSignature("group commit by \(author.inboxID)")
         }
         guard commit.commitID.count == 16 else { throw .malformed("group commit id") }

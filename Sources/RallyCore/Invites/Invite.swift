@@ -44,7 +44,7 @@ public struct Invite: Sendable, Equatable {
         }
         let cacheKey = VerifiedInviteCache.key(signed)
         if !VerifiedInviteCache.shared.contains(cacheKey) {
-            guard issuer.signingKey.isValidSignature(signed.signature, for: signingDomain + signed.payload) else {
+            guard issuer.signingKey.verifies(signed.signature, for: signingDomain + signed.payload) else {
                 throw .invalidSignature
             }
             VerifiedInviteCache.shared.insert(cacheKey)
