@@ -110,12 +110,32 @@ struct FieldElement: Equatable {
         let b2 = b.l2 &* 19
         let b3 = b.l3 &* 19
         let b4 = b.l4 &* 19
-        let r0 = wide(a.l0, b.l0) &+ wide(a.l1, b4) &+ wide(a.l2, b3) &+ wide(a.l3, b2) &+ wide(a.l4, b1)
-        let r1 = wide(a.l0, b.l1) &+ wide(a.l1, b.l0) &+ wide(a.l2, b4) &+ wide(a.l3, b3) &+ wide(a.l4, b2)
-        let r2 = wide(a.l0, b.l2) &+ wide(a.l1, b.l1) &+ wide(a.l2, b.l0) &+ wide(a.l3, b4) &+ wide(a.l4, b3)
-        let r3 = wide(a.l0, b.l3) &+ wide(a.l1, b.l2) &+ wide(a.l2, b.l1) &+ wide(a.l3, b.l0) &+ wide(a.l4, b4)
-        let r4 = wide(a.l0, b.l4) &+ wide(a.l1, b.l3) &+ wide(a.l2, b.l2) &+ wide(a.l3, b.l1) &+ wide(a.l4, b.l0)
-        return reduce(r0, r1, r2, r3, r4)
+        var r0 = Wide(a.l0, b.l0)
+        r0.add(a.l1, b4)
+        r0.add(a.l2, b3)
+        r0.add(a.l3, b2)
+        r0.add(a.l4, b1)
+        var r1 = Wide(a.l0, b.l1)
+        r1.add(a.l1, b.l0)
+        r1.add(a.l2, b4)
+        r1.add(a.l3, b3)
+        r1.add(a.l4, b2)
+        var r2 = Wide(a.l0, b.l2)
+        r2.add(a.l1, b.l1)
+        r2.add(a.l2, b.l0)
+        r2.add(a.l3, b4)
+        r2.add(a.l4, b3)
+        var r3 = Wide(a.l0, b.l3)
+        r3.add(a.l1, b.l2)
+        r3.add(a.l2, b.l1)
+        r3.add(a.l3, b.l0)
+        r3.add(a.l4, b4)
+        var r4 = Wide(a.l0, b.l4)
+        r4.add(a.l1, b.l3)
+        r4.add(a.l2, b.l2)
+        r4.add(a.l3, b.l1)
+        r4.add(a.l4, b.l0)
+        return reduce(&r0, &r1, &r2, &r3, &r4)
     }
 
     var squared: FieldElement {
@@ -126,12 +146,22 @@ struct FieldElement: Equatable {
         let a3x38 = l3 &* 38
         let a3x19 = l3 &* 19
         let a4x19 = l4 &* 19
-        let r0 = Self.wide(l0, l0) &+ Self.wide(a1x38, l4) &+ Self.wide(a2x38, l3)
-        let r1 = Self.wide(a0x2, l1) &+ Self.wide(a2x38, l4) &+ Self.wide(a3x19, l3)
-        let r2 = Self.wide(a0x2, l2) &+ Self.wide(l1, l1) &+ Self.wide(a3x38, l4)
-        let r3 = Self.wide(a0x2, l3) &+ Self.wide(a1x2, l2) &+ Self.wide(a4x19, l4)
-        let r4 = Self.wide(a0x2, l4) &+ Self.wide(a1x2, l3) &+ Self.wide(l2, l2)
-        return Self.reduce(r0, r1, r2, r3, r4)
+        var r0 = Wide(l0, l0)
+        r0.add(a1x38, l4)
+        r0.add(a2x38, l3)
+        var r1 = Wide(a0x2, l1)
+        r1.add(a2x38, l4)
+        r1.add(a3x19, l3)
+        var r2 = Wide(a0x2, l2)
+        r2.add(l1, l1)
+        r2.add(a3x38, l4)
+        var r3 = Wide(a0x2, l3)
+        r3.add(a1x2, l2)
+        r3.add(a4x19, l4)
+        var r4 = Wide(a0x2, l4)
+        r4.add(a1x2, l3)
+        r4.add(l2, l2)
+        return Self.reduce(&r0, &r1, &r2, &r3, &r4)
     }
 
     /// self squared `times` times.
@@ -168,33 +198,56 @@ struct FieldElement: Equatable {
         return (z11, z2_250_0)
     }
 
-    @inline(__always)
-    private static func wide(_ a: UInt64, _ b: UInt64) -> UInt128 { UInt128(a) &* UInt128(b) }
+    /// Sums of products of limbs, in 128 bits. Built on `multipliedFullWidth`
+    /// and `addingReportingOverflow` rather than `UInt128`, whose operators
+    /// are ordinary calls in a debug build and made verification there
+    /// many times slower.
+    struct Wide {
+        var low: UInt64
+        var high: UInt64
 
-    @inline(__always)
+        @_transparent
+        init(_ a: UInt64, _ b: UInt64) { (high, low) = a.multipliedFullWidth(by: b) }
+
+        @_transparent
+        mutating func add(_ a: UInt64, _ b: UInt64) {
+            let (productHigh, productLow) = a.multipliedFullWidth(by: b)
+            let (sum, overflow) = low.addingReportingOverflow(productLow)
+            low = sum
+            high = high &+ productHigh &+ (overflow ? 1 : 0)
+        }
+
+        /// Adds a value below 2^64.
+        @_transparent
+        mutating func add(_ value: UInt64) {
+            let (sum, overflow) = low.addingReportingOverflow(value)
+            low = sum
+            high = high &+ (overflow ? 1 : 0)
+        }
+
+        /// The bits above the low 51, and the low 51 (the sum is below 2^115).
+        @_transparent
+        var split: (carry: UInt64, limb: UInt64) { (high << 13 | low >> 51, low & FieldElement.mask) }
+    }
+
+    @_transparent
     private static func reduce(
-        _ r0: UInt128, _ r1: UInt128, _ r2: UInt128, _ r3: UInt128, _ r4: UInt128
-    )
-        -> FieldElement
-    {
-        let m = UInt128(mask)
-        let c0 = r0 >> 51
-        let s1 = r1 &+ c0
-        let c1 = s1 >> 51
-        let s2 = r2 &+ c1
-        let c2 = s2 >> 51
-        let s3 = r3 &+ c2
-        let c3 = s3 >> 51
-        let s4 = r4 &+ c3
-        let c4 = s4 >> 51
-        // c4 < 2^62, so 19 * c4 fits in 128 bits and the low limb's carry is small.
-        let t0 = (r0 & m) &+ c4 &* 19
-        return FieldElement(
-            l0: UInt64(truncatingIfNeeded: t0 & m),
-            l1: UInt64(truncatingIfNeeded: (s1 & m) &+ (t0 >> 51)),
-            l2: UInt64(truncatingIfNeeded: s2 & m),
-            l3: UInt64(truncatingIfNeeded: s3 & m),
-            l4: UInt64(truncatingIfNeeded: s4 & m))
+        _ r0: inout Wide, _ r1: inout Wide, _ r2: inout Wide, _ r3: inout Wide, _ r4: inout Wide
+    ) -> FieldElement {
+        let (c0, l0) = r0.split
+        r1.add(c0)
+        let (c1, l1) = r1.split
+        r2.add(c1)
+        let (c2, l2) = r2.split
+        r3.add(c2)
+        let (c3, l3) = r3.split
+        r4.add(c3)
+        let (c4, l4) = r4.split
+        // c4 < 2^64, so 19·c4 + l0 needs a wide sum; its carry into l1 is below 2^18.
+        var t0 = Wide(c4, 19)
+        t0.add(l0)
+        let (carry, limb0) = t0.split
+        return FieldElement(l0: limb0, l1: l1 &+ carry, l2: l2, l3: l3, l4: l4)
     }
 }
 
