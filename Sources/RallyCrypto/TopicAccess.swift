@@ -47,7 +47,7 @@ public struct TopicAccess: Sendable {
         var hasher = SHA256()
         hasher.update(data: topicIDDomain)
         hasher.update(data: firstAccessKey)
-        return hasher.finalize().map { String(format: "%02x", $0) }.joined()
+        return Hex.encode(hasher.finalize())
     }
 
     /// The topic id this access key founds.

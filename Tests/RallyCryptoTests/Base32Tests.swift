@@ -79,3 +79,15 @@ struct Base32Tests {
 
     static let alphabet = Set("abcdefghijklmnopqrstuvwxyz234567".utf8)
 }
+
+@Suite("Hex")
+struct HexTests {
+    @Test func everyByteIsItsTwoLowercaseDigitsInOrder() {
+        let all = Data(0...255)
+        let text = Hex.encode(all)
+        #expect(text.count == 512)
+        #expect(text.hasPrefix("000102") && text.hasSuffix("fdfeff"))
+        #expect(text == all.map { String(format: "%02x", $0) }.joined())
+        #expect(Hex.encode(Data()) == "")
+    }
+}

@@ -68,7 +68,7 @@ public struct StoredMessage: Sendable, Equatable, Codable {
 }
 
 extension Data {
-    public var hexString: String { map { String(format: "%02x", $0) }.joined() }
+    public var hexString: String { Hex.encode(self) }
 
     /// Lowercase or uppercase hex digits, two per byte; nil otherwise.
     public init?(hexString: String) {

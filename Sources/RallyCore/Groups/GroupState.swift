@@ -412,7 +412,7 @@ public struct GroupImage: Sendable, Equatable, Codable {
     }
 
     /// SHA-256 of the bytes, hex: what a link preview shows of it.
-    public var digest: String { SHA256.hash(data: data).map { String(format: "%02x", $0) }.joined() }
+    public var digest: String { Hex.encode(SHA256.hash(data: data)) }
 }
 
 public enum GroupSnapshotError: Error, Equatable, Sendable {
