@@ -52,8 +52,9 @@ struct ChildAdmin {
         return ChildAdmin(process: process, inviteLink: link)
     }
 
+    /// SIGTERM for the reason `ChildRelay.stop` gives.
     func stop() {
-        process.interrupt()
+        process.terminate()
         process.waitUntilExit()
     }
 }

@@ -150,8 +150,12 @@ struct ChildRelay {
 
     func peakMemoryKiB() -> Int? { ProcessMemory.peakKiB(pid: pid) }
 
+    /// SIGTERM, not SIGINT: a bench started in the background by a shell
+    /// without job control (a script's `&`) has SIGINT ignored, and its
+    /// children inherit that, so an interrupt left the child running and
+    /// `waitUntilExit` spinning for good. The relay stops gracefully on either.
     func stop() {
-        process.interrupt()
+        process.terminate()
         process.waitUntilExit()
         try? FileManager.default.removeItem(at: dataDirectory)
     }
