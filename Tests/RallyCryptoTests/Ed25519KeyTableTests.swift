@@ -210,16 +210,9 @@ struct Ed25519KeyTableTests {
 
     /// [scalar]B, from the base table alone.
     static func baseMultiple(_ scalar: [UInt64]) -> EdwardsPoint {
-        let digits = Scalar25519.radix16Digits(scalar)
-        var acc = EdwardsPoint.identity
-        for index in stride(from: 1, to: 64, by: 2) {
-            Ed25519KeyTable.baseMultiples.add(digits[index], row: index / 2, to: &acc)
-        }
-        acc = acc.doubled.doubled.doubled.doubled
-        for index in stride(from: 0, to: 64, by: 2) {
-            Ed25519KeyTable.baseMultiples.add(digits[index], row: index / 2, to: &acc)
-        }
-        return acc
+        Ed25519KeyTable.combine(
+            s: Scalar25519.radix16Digits(scalar), k: [Int8](repeating: 0, count: 64),
+            keyMultiples: Ed25519KeyTable.baseMultiples)
     }
 
     static func bytes(_ words: [UInt64]) -> [UInt8] {
