@@ -4,15 +4,16 @@ import Synchronization
 
 /// Ed25519 verification that learns the keys it sees often. A key's first
 /// few signatures are checked by swift-crypto; from its `tableAfter`-th on,
-/// by an `Ed25519KeyTable` built once for it, which takes well under half
-/// the time per signature but costs a few verifications to build
+/// by an `Ed25519KeyTable` built once for it, which takes about half the
+/// time per signature in a release build but costs a few verifications to build
 /// (docs/adr/0027). Both accept exactly the same signatures.
 ///
 /// Bounded: at most `keyCapacity` keys are counted and `tableCapacity`
 /// tables (30 KiB each) kept; the least recently used go first.
 public final class SignatureVerifier: Sendable {
-    /// The one the library's own checks share (invites, commits, messages,
-    /// key bundles, relay authentication and topic proofs).
+    /// The one the library's own checks share: invites, commits, welcome
+    /// proofs, messages, key bundles, vault entries and topic proofs (not
+    /// relay authentication, whose keys are each seen once per connection).
     public static let shared = SignatureVerifier()
 
     public static let defaultTableAfter = 4
