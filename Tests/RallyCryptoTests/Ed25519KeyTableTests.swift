@@ -133,15 +133,9 @@ struct Ed25519KeyTableTests {
         let key = try Curve25519.Signing.PrivateKey(rawRepresentation: Data(repeating: 3, count: 32))
         let message = Data("s + L".utf8)
         let signature = try key.signature(for: message)
-        var sPlusL = Scalar25519.littleEndianWords(signature[32..<64])
-        var carry: UInt64 = 0
-        for index in 0..<4 {
-            let (sum1, overflow1) = sPlusL[index].addingReportingOverflow(Scalar25519.order[index])
-            let (sum2, overflow2) = sum1.addingReportingOverflow(carry)
-            sPlusL[index] = sum2
-            carry = (overflow1 ? 1 : 0) + (overflow2 ? 1 : 0)
-        }
-        let malleable = signature[0..<32] + Data(Self.bytes(sPlusL))
+        // s + L < 2^254 fits in the four words.
+        let sPlusL = Self.sum(Scalar25519.littleEndianWords(signature[32..<64]), Scalar25519.order).prefix(4)
+        let malleable = signature[0..<32] + Data(Self.bytes(Array(sPlusL)))
         let verdict = Self.verdicts(key: key.publicKey.rawRepresentation, signature: malleable, message: message)
         #expect(!verdict.swiftCrypto && !verdict.table)
     }
@@ -243,18 +237,8 @@ struct Ed25519KeyTableTests {
 
     /// words + value (value may be negative), in two's complement over the words.
     static func adding(_ words: [UInt64], _ value: Int64) -> [UInt64] {
-        var result = words
-        var carry = UInt64(bitPattern: value)
-        let extend: UInt64 = value < 0 ? .max : 0
-        var extra: UInt64 = 0
-        for index in result.indices {
-            let (sum1, overflow1) = result[index].addingReportingOverflow(index == 0 ? carry : extend)
-            let (sum2, overflow2) = sum1.addingReportingOverflow(extra)
-            result[index] = sum2
-            extra = (overflow1 ? 1 : 0) + (overflow2 ? 1 : 0)
-            carry = 0
-        }
-        return result
+        let extended = [UInt64(bitPattern: value)] + Array(repeating: value < 0 ? .max : 0, count: words.count - 1)
+        return Array(sum(words, extended).prefix(words.count))
     }
 
     static func isLess(_ a: [UInt64], _ b: [UInt64]) -> Bool {
@@ -313,5 +297,5 @@ extension Data {
             })
     }
 
-    fileprivate var hex: String { map { String(format: "%02x", $0) }.joined() }
+    fileprivate var hex: String { Hex.encode(self) }
 }

@@ -1,7 +1,8 @@
 import Crypto
 import Foundation
-import RallyCrypto
 import Testing
+
+@testable import RallyCrypto
 
 @Suite("SignatureVerifier")
 struct SignatureVerifierTests {

@@ -64,9 +64,9 @@ public final class SignatureVerifier: Sendable {
     }
 
     /// How many keys are counted and how many have tables (for tests).
-    public var counts: (keys: Int, tables: Int) { state.withLock { ($0.entries.count, $0.tables) } }
+    var counts: (keys: Int, tables: Int) { state.withLock { ($0.entries.count, $0.tables) } }
 
-    public func hasTable(for key: Curve25519.Signing.PublicKey) -> Bool {
+    func hasTable(for key: Curve25519.Signing.PublicKey) -> Bool {
         state.withLock { $0.entries[key.rawRepresentation]?.table != nil }
     }
 

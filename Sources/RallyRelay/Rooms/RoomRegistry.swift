@@ -1,4 +1,5 @@
 public import Foundation
+import RallyCrypto
 
 /// Why a room is gone: what every client is told so it stops retrying.
 public enum RoomGoneReason: String, Sendable, Equatable, Codable {
@@ -117,7 +118,7 @@ public struct RoomRegistry: Sendable {
     /// 128 random bits, hex.
     public static func randomID() -> String {
         var generator = SystemRandomNumberGenerator()
-        return (0..<16).map { _ in String(format: "%02x", UInt8.random(in: 0...255, using: &generator)) }.joined()
+        return Hex.encode((0..<16).map { _ in UInt8.random(in: 0...255, using: &generator) })
     }
 
     public mutating func create(now: Date) -> Result<Room, RoomRefusal> {
