@@ -5,7 +5,7 @@ import Testing
 /// `rally group link|pending|admit|support|add|invitations|accept|prefs|
 /// react|delete` and `rally join --preview`, as a person runs them, with
 /// `--json`, against a real relay and a watching admin.
-@Suite("rally group admission, link, invitation and preference commands", .timeLimit(.minutes(3)))
+@Suite("rally group admission, link, invitation and preference commands", .timeLimit(.minutes(10)))
 struct GroupAdmissionCLITests {
     struct LinkJSON: Decodable {
         let link: String
@@ -101,7 +101,8 @@ struct GroupAdmissionCLITests {
         #expect(invitations.map(\.groupName) == ["Picnic"] && invitations.first?.answer == "open")
         let accepted = try b.json(
             ResultJSON.self,
-            try await b.rally("bob", ["group", "accept", "Picnic", "--timeout", "60", "--json"]).stdout)
+            try await b.rally("bob", ["group", "accept", "Picnic", "--timeout", RallyBinary.waitTimeout, "--json"])
+                .stdout)
         #expect(accepted.result == "joined")
 
         // Preferences: reactions off; Bob's reaction is refused in words.

@@ -6,7 +6,7 @@ import Testing
     import FoundationNetworking
 #endif
 
-@Suite("rally invite, join and watch across processes", .timeLimit(.minutes(2)))
+@Suite("rally invite, join and watch across processes", .timeLimit(.minutes(10)))
 struct InviteCLITests {
     struct IdentityJSON: Decodable { let inboxId: String }
     struct GroupJSON: Decodable { let groupId: String }
@@ -116,12 +116,13 @@ struct InviteCLITests {
         #expect(!html.contains(invite.slug))
 
         let (watcher, events) = try await b.startWatch("alice")
-        let joined = try await b.rally("bob", ["join", invite.link, "--json", "--timeout", "60"])
+        let joined = try await b.rally("bob", ["join", invite.link, "--json", "--timeout", RallyBinary.waitTimeout])
         let bobFinal = try b.lastLine(AttemptJSON.self, joined)
         #expect(bobFinal.state == "joined")
         #expect(bobFinal.groupId == group.groupId)
 
-        let refused = try await b.rally("carol", ["join", invite.webLink, "--timeout", "60"], expect: 1)
+        let refused = try await b.rally(
+            "carol", ["join", invite.webLink, "--timeout", RallyBinary.waitTimeout], expect: 1)
         #expect(
             refused.stdout.contains(
                 "This invite was already used by someone else. Ask the person who invited you for a new invite."))
@@ -190,7 +191,8 @@ struct InviteCLITests {
         _ = try await b.rally("alice", ["invite", "revoke", "Picnic"])
         _ = try await b.identity("frank")
         let (again, _) = try await b.startWatch("alice")
-        let revoked = try await b.rally("frank", ["join", invite.link, "--json", "--timeout", "60"], expect: 1)
+        let revoked = try await b.rally(
+            "frank", ["join", invite.link, "--json", "--timeout", RallyBinary.waitTimeout], expect: 1)
         #expect(try b.lastLine(AttemptJSON.self, revoked).errorType == "invite_revoked")
         try await b.stop(again)
         await b.relay.stop()

@@ -3,7 +3,7 @@ import RallyCore
 import RallyTestSupport
 import Testing
 
-@Suite("rally open: one router for every link", .timeLimit(.minutes(2)))
+@Suite("rally open: one router for every link", .timeLimit(.minutes(10)))
 struct OpenCLITests {
     struct InviteJSON: Decodable {
         let groupId: String
@@ -42,15 +42,15 @@ struct OpenCLITests {
         func states(_ result: RallyBinary.Result) throws -> [StateJSON] {
             try result.stdout.split(separator: "\n").map { try b.json(StateJSON.self, String($0)) }
         }
-        let joined = try await b.rally("bob", ["join", invite.link, "--json", "--timeout", "60"])
-        let opened = try await b.rally("carol", ["open", invite.link, "--json", "--timeout", "60"])
+        let joined = try await b.rally("bob", ["join", invite.link, "--json", "--timeout", RallyBinary.waitTimeout])
+        let opened = try await b.rally("carol", ["open", invite.link, "--json", "--timeout", RallyBinary.waitTimeout])
         #expect(try states(opened) == states(joined))
         #expect(try states(opened).map(\.state) == ["validating", "joining", "joined"])
         #expect(try states(opened).last?.groupId == invite.groupId)
 
         // The web link, printed for people: the same lines, word for word.
-        let joinedWeb = try await b.rally("dave", ["join", invite.webLink, "--timeout", "60"])
-        let openedWeb = try await b.rally("erin", ["open", invite.webLink, "--timeout", "60"])
+        let joinedWeb = try await b.rally("dave", ["join", invite.webLink, "--timeout", RallyBinary.waitTimeout])
+        let openedWeb = try await b.rally("erin", ["open", invite.webLink, "--timeout", RallyBinary.waitTimeout])
         #expect(openedWeb.stdout == joinedWeb.stdout)
         #expect(openedWeb.stdout.contains("joined \"Picnic\" (group id \(invite.groupId))"))
         try await b.stop(watcher)

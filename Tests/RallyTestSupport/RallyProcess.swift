@@ -3,6 +3,12 @@ public import Foundation
 /// The `rally` executable built alongside the tests, run as a real child
 /// process.
 public enum RallyBinary {
+    /// What a test passes as `--timeout` to a `rally` command that waits
+    /// on another process (a join answered by a watching admin): seconds,
+    /// long enough for a full run on two loaded cores, where such a join
+    /// once took over 60 s; a command that hangs still fails.
+    public static let waitTimeout = "240"
+
     public static var url: URL {
         if let override = ProcessInfo.processInfo.environment["RALLY_BINARY"] {
             return URL(fileURLWithPath: override)
