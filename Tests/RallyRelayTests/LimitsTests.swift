@@ -154,7 +154,10 @@ struct LimitsTests {
         let big = String(repeating: "x", count: 1000)
         async let held = services.writer.publish(request(groupTopic, big))
         await store.waitUntilHeld()
+        // One after the other: two `async let`s may reach the writer in
+        // either order, and the seqs below follow the order of arrival.
         async let queued1 = services.writer.publish(request(groupTopic, big))
+        while await services.writer.queuedCount < 1 { await Task.yield() }
         async let queued2 = services.writer.publish(request(groupTopic, big))
         while await services.writer.queuedCount < 2 { await Task.yield() }
         let refused = await services.writer.publish(request(groupTopic, big))
