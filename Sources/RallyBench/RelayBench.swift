@@ -22,6 +22,11 @@ struct RelayBench: AsyncParsableCommand {
             "Relay nodes sharing --postgres, each its own process; each client subscribes on one node and publishes on the next, so with several every message crosses nodes."
     )
     var nodes = 1
+    @Option(
+        help:
+            "Subscriber connections per topic: with more than one, each message is delivered that many times (a group's fan-out), and deliveries/s counts every delivery."
+    )
+    var subscribers = 1
 
     func run() async throws {
         let counts = clients.split(separator: ",").compactMap { Int($0.trimmingCharacters(in: .whitespaces)) }
@@ -29,6 +34,7 @@ struct RelayBench: AsyncParsableCommand {
         guard payload >= 16, payload <= WireLimits.maxPayloadBytes else {
             throw ValidationError("--payload must be 16...\(WireLimits.maxPayloadBytes)")
         }
+        guard subscribers >= 1 else { throw ValidationError("--subscribers must be at least 1") }
         guard nodes >= 1, nodes == 1 || postgres != nil else {
             throw ValidationError("--nodes above 1 needs --postgres: only PostgreSQL is shared between nodes")
         }
@@ -42,6 +48,7 @@ struct RelayBench: AsyncParsableCommand {
                     + (postgres == nil
                         ? "SQLite WAL synchronous=FULL" : "PostgreSQL (\(nodes) node\(nodes == 1 ? "" : "s"))"))
         }
+        if subscribers > 1 { Output.write("each topic has \(subscribers) subscribers; latencies are per delivery") }
         Output.write("clients  messages  seconds  deliveries/s  p50 ms  p99 ms  max ms")
         for count in counts {
             let result = try await measure(clients: count, relayURLs: urls)
@@ -71,35 +78,44 @@ struct RelayBench: AsyncParsableCommand {
         logger.logLevel = .error
         let perClient = messages
         let payloadSize = payload
-        // Each client subscribes to its own topic on one connection and
-        // publishes to it on another, so every message crosses the relay.
-        // Bench topics are capability topics: each has its own access key
-        // and the id that key founds (docs/adr/0008).
-        var pairs: [(RelayConnection, RelayConnection, TopicName, TopicAccess)] = []
+        // Each client subscribes to its own topic on one connection (or
+        // several, with --subscribers) and publishes to it on another, so
+        // every message crosses the relay. Bench topics are capability
+        // topics: each has its own access key and the id that key founds
+        // (docs/adr/0008).
+        var pairs: [([RelayConnection], RelayConnection, TopicName, TopicAccess)] = []
         for index in 0..<count {
             let identity = Identity(displayName: "bench-\(index)")
-            let subscriber = try await RelayConnection.connect(
-                to: relayURLs[index % relayURLs.count], identity: identity, logger: logger)
+            var readers: [RelayConnection] = []
+            for _ in 0..<subscribers {
+                readers.append(
+                    try await RelayConnection.connect(
+                        to: relayURLs[index % relayURLs.count], identity: identity, logger: logger))
+            }
             let publisher = try await RelayConnection.connect(
                 to: relayURLs[(index + 1) % relayURLs.count], identity: identity, logger: logger)
             let access = try TopicAccess(secret: TopicAccess.newSecret())
-            pairs.append((subscriber, publisher, try TopicName(validating: "bench/\(access.foundedTopicID)"), access))
+            pairs.append((readers, publisher, try TopicName(validating: "bench/\(access.foundedTopicID)"), access))
         }
         let start = DispatchTime.now().uptimeNanoseconds
         let latencies = try await withThrowingTaskGroup(of: [Double].self) { group in
-            for (subscriber, publisher, topic, access) in pairs {
-                let stream = await subscriber.subscribe(topic: topic, after: 0, access: access)
-                group.addTask {
-                    var latencies: [Double] = []
-                    latencies.reserveCapacity(perClient)
-                    for try await event in stream {
-                        guard case .envelope(let envelope) = event else { continue }
-                        let sentAt = envelope.payload.prefix(8).withUnsafeBytes { $0.loadUnaligned(as: UInt64.self) }
-                        let now = DispatchTime.now().uptimeNanoseconds
-                        latencies.append(Double(now - sentAt) / 1_000_000)
-                        if latencies.count == perClient { break }
+            for (readers, publisher, topic, access) in pairs {
+                for subscriber in readers {
+                    let stream = await subscriber.subscribe(topic: topic, after: 0, access: access)
+                    group.addTask {
+                        var latencies: [Double] = []
+                        latencies.reserveCapacity(perClient)
+                        for try await event in stream {
+                            guard case .envelope(let envelope) = event else { continue }
+                            let sentAt = envelope.payload.prefix(8).withUnsafeBytes {
+                                $0.loadUnaligned(as: UInt64.self)
+                            }
+                            let now = DispatchTime.now().uptimeNanoseconds
+                            latencies.append(Double(now - sentAt) / 1_000_000)
+                            if latencies.count == perClient { break }
+                        }
+                        return latencies
                     }
-                    return latencies
                 }
                 group.addTask {
                     for _ in 0..<perClient {
@@ -118,8 +134,8 @@ struct RelayBench: AsyncParsableCommand {
             return all
         }
         let seconds = Double(DispatchTime.now().uptimeNanoseconds - start) / 1_000_000_000
-        for (subscriber, publisher, _, _) in pairs {
-            await subscriber.close()
+        for (readers, publisher, _, _) in pairs {
+            for subscriber in readers { await subscriber.close() }
             await publisher.close()
         }
         return Result(delivered: latencies.count, seconds: seconds, latenciesMs: latencies.sorted())

@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import NIOCore
 import RallyCrypto
 import RallyWire
 import Synchronization
@@ -20,6 +21,9 @@ enum SessionDisposition: Sendable, Equatable {
 /// per subscription, its backlog, `Subscribed` and live envelopes.
 actor RelaySession {
     typealias Send = @Sendable (WireServerFrame) async throws -> Void
+    /// Sends a frame that is already encoded (a live envelope the hub
+    /// encoded once for all its subscribers).
+    typealias SendEncoded = @Sendable (ByteBuffer) async throws -> Void
 
     private struct ActiveSubscription {
         let generation: UInt64
@@ -45,6 +49,7 @@ actor RelaySession {
     /// Set once the client authenticated (read by the sweeper too).
     nonisolated let isAuthenticated = Atomic<Bool>(false)
     private let send: Send
+    private let sendEncoded: SendEncoded
     private let acks: AsyncStream<WireServerFrame>
     private let ackContinuation: AsyncStream<WireServerFrame>.Continuation
     private(set) var inboxID: InboxID?
@@ -57,11 +62,18 @@ actor RelaySession {
     /// The SHUTTING_DOWN notice went out (once per connection).
     private var toldShuttingDown = false
 
-    init(services: RelayServices, remoteIP: String = "local", send: @escaping Send) {
+    /// Without `sendEncoded` (tests that read frames), encoded frames are
+    /// decoded again and go through `send`.
+    init(
+        services: RelayServices, remoteIP: String = "local", send: @escaping Send,
+        sendEncoded: SendEncoded? = nil
+    ) {
         self.services = services
         self.remoteIP = remoteIP
         lastActivityNanoseconds = Atomic(services.clock.monotonic.nanoseconds)
         self.send = send
+        self.sendEncoded =
+            sendEncoded ?? { buffer in try await send(FrameCodec.decodeServerFrame(Data(buffer.readableBytesView))) }
         var nonce = Data(count: 32)
         var generator = SystemRandomNumberGenerator()
         for index in nonce.indices { nonce[index] = UInt8.random(in: .min ... .max, using: &generator) }
@@ -281,7 +293,7 @@ actor RelaySession {
         nextGeneration += 1
         let feed = SubscriptionFeed(
             topic: topic.rawValue, requestID: requestID, cursor: subscribe.afterSeq, services: services, send: send,
-            accessKey: accessKey, readBound: bound)
+            sendEncoded: sendEncoded, accessKey: accessKey, readBound: bound)
         let task = Task {
             _ = await feed.run()
             self.subscriptionEnded(topic: topic.rawValue, generation: generation)

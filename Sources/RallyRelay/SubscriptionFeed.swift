@@ -1,4 +1,5 @@
 import Foundation
+import NIOCore
 import RallyWire
 
 /// Delivers one topic to one subscriber: the backlog after its cursor, then
@@ -29,6 +30,7 @@ struct SubscriptionFeed: Sendable {
     let cursor: UInt64
     let services: RelayServices
     let send: RelaySession.Send
+    let sendEncoded: RelaySession.SendEncoded
     /// The access key the subscription was opened with (nil: an inbox).
     var accessKey: Data? = nil
     /// The last seq that key may read (nil: unbounded, the current key).
@@ -82,7 +84,7 @@ struct SubscriptionFeed: Sendable {
                     try await replayBacklog(&progress)
                     if item.envelope.seq <= progress.lastSent { continue }
                 }
-                try await deliver(item.envelope, retiredKey: item.retiredKey, &progress)
+                try await deliver(item.envelope, retiredKey: item.retiredKey, frame: item.frame, &progress)
             }
             try Task.checkCancellation()
             switch await hub.unsubscribe(subscription.id) {
@@ -125,7 +127,7 @@ struct SubscriptionFeed: Sendable {
                 throw RelayFailure(.internal, "could not read the topic", topic: topic)
             }
             for envelope in page.envelopes {
-                try await deliver(envelope, retiredKey: page.retiredKeys[envelope.seq], &progress)
+                try await deliver(envelope, retiredKey: page.retiredKeys[envelope.seq], frame: nil, &progress)
             }
             // Entries up to the bound may have expired: the key has read all
             // it may once the head is past it.
@@ -137,11 +139,19 @@ struct SubscriptionFeed: Sendable {
         }
     }
 
-    private func deliver(_ envelope: WireEnvelope, retiredKey: Data?, _ progress: inout Progress) async throws {
+    /// `frame` is the envelope already encoded (a live one, by the hub);
+    /// a backlog envelope is encoded here.
+    private func deliver(
+        _ envelope: WireEnvelope, retiredKey: Data?, frame encoded: ByteBuffer?, _ progress: inout Progress
+    ) async throws {
         if let bound = progress.bound, envelope.seq > bound { throw Revoked() }
-        var frame = WireServerFrame()
-        frame.envelope = envelope
-        try await send(frame)
+        if let encoded {
+            try await sendEncoded(encoded)
+        } else {
+            var frame = WireServerFrame()
+            frame.envelope = envelope
+            try await send(frame)
+        }
         services.metrics.deliveries.increment()
         progress.lastSent = envelope.seq
         if progress.bound == nil, let accessKey, retiredKey == accessKey { progress.bound = envelope.seq }

@@ -1,4 +1,5 @@
 import Foundation
+import NIOCore
 import RallyWire
 
 /// Live fan-out of committed envelopes to the subscribers of each topic.
@@ -12,6 +13,9 @@ actor TopicHub {
     struct Item: Sendable, Equatable {
         let envelope: WireEnvelope
         var retiredKey: Data? = nil
+        /// The envelope's frame, encoded once by the hub for all of the
+        /// topic's subscribers (a group's members share one encoding).
+        var frame: ByteBuffer? = nil
     }
 
     struct Subscription: Sendable {
@@ -78,8 +82,9 @@ actor TopicHub {
     @discardableResult
     func deliver(items: [Item]) -> Int {
         var delivered = 0
-        for item in items {
+        for var item in items {
             guard let ids = byTopic[item.envelope.topic] else { continue }
+            item.frame = Self.encodedFrame(item.envelope)
             for id in ids {
                 guard let entry = entries[id] else { continue }
                 switch entry.continuation.yield(item) {
@@ -95,6 +100,13 @@ actor TopicHub {
             }
         }
         return delivered
+    }
+
+    /// A live envelope as the frame every subscriber receives.
+    static func encodedFrame(_ envelope: WireEnvelope) -> ByteBuffer {
+        var frame = WireServerFrame()
+        frame.envelope = envelope
+        return ByteBuffer(bytes: FrameCodec.encode(frame))
     }
 
     /// Ends every subscription; later subscriptions end at once.

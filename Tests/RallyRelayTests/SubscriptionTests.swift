@@ -164,4 +164,30 @@ struct SubscriptionTests {
         #expect(await harness.services.hub.deliver([WireEnvelope()]) == 0)
         await harness.finish()
     }
+
+    @Test("a live envelope is encoded once: every subscriber of its topic gets the same bytes, none another topic's")
+    func liveEnvelopeEncodedOnce() async throws {
+        let hub = TopicHub()
+        let first = await hub.subscribe(topic: groupTopic, capacity: 4)
+        let second = await hub.subscribe(topic: groupTopic, capacity: 4)
+        let elsewhere = await hub.subscribe(topic: "inbox/elsewhere", capacity: 4)
+        var envelope = WireEnvelope()
+        envelope.topic = groupTopic
+        envelope.seq = 7
+        envelope.payload = Data("hello".utf8)
+        #expect(await hub.deliver([envelope]) == 2)
+        await hub.shutdown()
+        var firstItems = first.items.makeAsyncIterator()
+        var secondItems = second.items.makeAsyncIterator()
+        let one = try #require(await firstItems.next()?.frame)
+        let other = try #require(await secondItems.next()?.frame)
+        // One buffer shared by both, not two equal encodings.
+        let addresses = [one, other].map { $0.withUnsafeReadableBytes { UInt(bitPattern: $0.baseAddress) } }
+        #expect(addresses[0] == addresses[1])
+        let decoded = try FrameCodec.decodeServerFrame(Data(one.readableBytesView))
+        #expect(decoded.envelope == envelope)
+        #expect(decoded.requestID == 0)
+        var elsewhereItems = elsewhere.items.makeAsyncIterator()
+        #expect(await elsewhereItems.next() == nil)
+    }
 }

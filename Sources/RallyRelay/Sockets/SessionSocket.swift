@@ -51,7 +51,9 @@ final class SessionSocket: Sendable {
         self.remoteIP = remoteIP
         let writer = SocketWriter(channel: channel)
         self.writer = writer
-        session = RelaySession(services: services, remoteIP: remoteIP) { frame in try await writer.send(frame) }
+        session = RelaySession(
+            services: services, remoteIP: remoteIP, send: { frame in try await writer.send(frame) },
+            sendEncoded: { buffer in try await writer.send(encoded: buffer) })
         // The close future, not `channelInactive`: it also completes for a
         // socket that closed before its handlers were added.
         channel.closeFuture.whenComplete { _ in self.socketClosed() }
@@ -214,9 +216,17 @@ private final class SocketWriter: Sendable {
     /// hub buffer then overflows into SLOW_CONSUMER), not the relay.
     func send(_ frame: WireServerFrame) async throws {
         try await waitUntilWritable()
-        let bytes = FrameCodec.encode(frame)
-        var buffer = channel.allocator.buffer(capacity: bytes.count)
-        buffer.writeBytes(bytes)
+        write(ByteBuffer(bytes: FrameCodec.encode(frame)))
+    }
+
+    /// Writes a frame encoded once for several sockets: the buffer's bytes
+    /// are shared, not copied.
+    func send(encoded: ByteBuffer) async throws {
+        try await waitUntilWritable()
+        write(encoded)
+    }
+
+    private func write(_ buffer: ByteBuffer) {
         channel.writeAndFlush(WebSocketFrame(fin: true, opcode: .binary, data: buffer), promise: nil)
     }
 
