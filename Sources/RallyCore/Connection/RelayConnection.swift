@@ -24,13 +24,15 @@ public actor RelayConnection: RelayLink {
     private let logger: Logger
     private var writer: WebSocketOutboundWriter?
     private var nextRequestID: UInt64 = 1
-    private var pending: [UInt64: CheckedContinuation<WireServerFrame, any Error>] = [:]
+    private var pending: [UInt64: PendingRequest] = [:]
+    /// Fails requests whose reply is overdue: one task per connection,
+    /// asleep until the earliest deadline, not a timer task per request.
+    private var timeoutSweep: (task: Task<Void, Never>, wakesAt: ContinuousClock.Instant)?
     private var subscriptions: [String: AsyncThrowingStream<SubscriptionEvent, any Error>.Continuation] = [:]
     /// Subscriptions waiting for their `Subscribed` reply, by request id.
     private var subscribeReplies: [UInt64: AsyncThrowingStream<SubscriptionEvent, any Error>.Continuation] = [:]
     private var challengeWaiter: CheckedContinuation<WireChallenge, any Error>?
     private var challenge: WireChallenge?
-    private var cancelledRequests: Set<UInt64> = []
     private var closedError: RelayClientError?
     private var runTask: Task<Void, Never>?
     private var keepAliveTask: Task<Void, Never>?
@@ -190,6 +192,17 @@ public actor RelayConnection: RelayLink {
         return nextRequestID
     }
 
+    /// A request on its way or waiting for its reply. The reply (or a
+    /// failure) may come while the request is still being written, before
+    /// its caller waits: it is kept until then.
+    private struct PendingRequest {
+        let deadline: ContinuousClock.Instant
+        var waiter: CheckedContinuation<WireServerFrame, any Error>?
+        var outcome: Result<WireServerFrame, RelayClientError>?
+    }
+
+    /// Sends a request and waits for its reply on the caller's task: no
+    /// task or timer of its own (a publish is the hot path of every app).
     private func request(
         _ frame: WireClientFrame, id requestID: UInt64, timeout: Duration
     ) async throws(RelayClientError) -> WireServerFrame {
@@ -197,23 +210,30 @@ public actor RelayConnection: RelayLink {
         guard let writer else { throw .disconnected("not connected") }
         var frame = frame
         frame.requestID = requestID
-        let bytes = FrameCodec.encode(frame)
+        let deadline = ContinuousClock.now + timeout
+        pending[requestID] = PendingRequest(deadline: deadline)
+        armTimeoutSweep(for: deadline)
+        do {
+            try await writer.write(.binary(ByteBuffer(bytes: FrameCodec.encode(frame))))
+        } catch {
+            // A caller that gave up while its request waited to be written
+            // gets what giving up while waiting for the reply gives.
+            let failure: RelayClientError =
+                Task.isCancelled ? .timedOut("reply to request \(requestID)") : .disconnected("write failed: \(error)")
+            settle(requestID, .failure(failure))
+        }
         let reply: WireServerFrame
         do {
-            reply = try await withTimeout(timeout, what: "reply to request \(requestID)") {
-                try await withTaskCancellationHandler {
-                    try await withCheckedThrowingContinuation { continuation in
-                        Task { await self.register(requestID, continuation, sending: bytes, via: writer) }
-                    }
-                } onCancel: {
-                    Task { await self.failRequest(requestID, .timedOut("reply to request \(requestID)")) }
+            reply = try await withTaskCancellationHandler {
+                try await withCheckedThrowingContinuation { continuation in
+                    wait(for: requestID, continuation)
                 }
+            } onCancel: {
+                Task { await self.settle(requestID, .failure(.timedOut("reply to request \(requestID)"))) }
             }
         } catch let error as RelayClientError {
-            pending[requestID] = nil
             throw error
         } catch {
-            pending[requestID] = nil
             throw .disconnected("\(error)")
         }
         if case .error(let error)? = reply.body {
@@ -222,36 +242,60 @@ public actor RelayConnection: RelayLink {
         return reply
     }
 
-    private func register(
-        _ requestID: UInt64, _ continuation: CheckedContinuation<WireServerFrame, any Error>,
-        sending bytes: Data, via writer: WebSocketOutboundWriter
-    ) {
-        if let closedError {
-            continuation.resume(throwing: closedError)
+    private func wait(for requestID: UInt64, _ continuation: CheckedContinuation<WireServerFrame, any Error>) {
+        guard var request = pending[requestID] else {
+            // Only a closing connection drops a request unanswered.
+            continuation.resume(throwing: closedError ?? .disconnected("the connection closed"))
             return
         }
-        if cancelledRequests.remove(requestID) != nil {
-            continuation.resume(throwing: RelayClientError.timedOut("reply to request \(requestID)"))
-            return
-        }
-        pending[requestID] = continuation
-        Task {
-            do {
-                try await writer.write(.binary(ByteBuffer(bytes: bytes)))
-            } catch {
-                self.failRequest(requestID, .disconnected("write failed: \(error)"))
-            }
+        if let outcome = request.outcome {
+            pending[requestID] = nil
+            continuation.resume(with: outcome.mapError { $0 as any Error })
+        } else {
+            request.waiter = continuation
+            pending[requestID] = request
         }
     }
 
-    private func failRequest(_ requestID: UInt64, _ error: RelayClientError) {
-        if let continuation = pending.removeValue(forKey: requestID) {
-            continuation.resume(throwing: error)
+    /// Answers a request: its waiter now, or when it comes to wait. The
+    /// first outcome counts; a late one (a reply after a timeout) is dropped.
+    private func settle(_ requestID: UInt64, _ outcome: Result<WireServerFrame, RelayClientError>) {
+        guard var request = pending[requestID], request.outcome == nil else { return }
+        if let waiter = request.waiter {
+            pending[requestID] = nil
+            waiter.resume(with: outcome.mapError { $0 as any Error })
         } else {
-            // The cancellation overtook the registration; make it fail on
-            // arrival.
-            cancelledRequests.insert(requestID)
+            request.outcome = outcome
+            pending[requestID] = request
         }
+    }
+
+    private func armTimeoutSweep(for deadline: ContinuousClock.Instant) {
+        if let sweep = timeoutSweep, sweep.wakesAt <= deadline { return }
+        timeoutSweep?.task.cancel()
+        let task = Task { [weak self] in
+            do { try await Task.sleep(until: deadline, clock: .continuous) } catch { return }
+            await self?.sweepTimeouts(woken: deadline)
+        }
+        timeoutSweep = (task, deadline)
+    }
+
+    /// Fails the requests past their deadline and sleeps until the next.
+    private func sweepTimeouts(woken: ContinuousClock.Instant) {
+        // A sweep replaced by an earlier one may still wake: only the
+        // current one sweeps.
+        guard timeoutSweep?.wakesAt == woken else { return }
+        timeoutSweep = nil
+        let now = ContinuousClock.now
+        var next: ContinuousClock.Instant?
+        for (requestID, request) in pending where request.outcome == nil {
+            if request.deadline <= now {
+                settle(requestID, .failure(.timedOut("reply to request \(requestID)")))
+            } else {
+                next = min(next ?? request.deadline, request.deadline)
+            }
+        }
+        if let next { armTimeoutSweep(for: next) }
     }
 
     /// Sends raw bytes as one frame, bypassing encoding. For tests of the
@@ -411,9 +455,7 @@ public actor RelayConnection: RelayLink {
                 // must come after `.caughtUp`.
                 subscription.yield(.caughtUp(seq: subscribed.caughtUpSeq))
             }
-            if let continuation = pending.removeValue(forKey: frame.requestID) {
-                continuation.resume(returning: frame)
-            }
+            settle(frame.requestID, .success(frame))
         }
     }
 
@@ -423,8 +465,11 @@ public actor RelayConnection: RelayLink {
         writer = nil
         challengeWaiter?.resume(throwing: reason)
         challengeWaiter = nil
-        for continuation in pending.values { continuation.resume(throwing: reason) }
+        let unanswered = pending
         pending.removeAll()
+        for request in unanswered.values { request.waiter?.resume(throwing: reason) }
+        timeoutSweep?.task.cancel()
+        timeoutSweep = nil
         for continuation in subscriptions.values { continuation.finish(throwing: reason) }
         subscriptions.removeAll()
         subscribeReplies.removeAll()
