@@ -204,7 +204,7 @@ extension RelayStore {
 /// inside its transaction: one piece for SQLite and PostgreSQL alike.
 enum AppendRules {
     /// What a store read of the topic before appending.
-    struct Head {
+    struct Head: Sendable, Equatable {
         var lastSeq: Int64 = 0
         var lastControlSeq: Int64 = 0
         var bytes: Int64 = 0

@@ -24,11 +24,10 @@ struct CapabilityTests {
             rotateAccessKey: rotate?.publicKey)
     }
 
-    @Test("a topic is registered only by the key that founds its id")
-    func registration() async throws {
-        let directory = try TemporaryDirectory()
-        defer { directory.remove() }
-        let store = try SQLiteRelayStore(url: directory.storeURL)
+    @Test("a topic is registered only by the key that founds its id", arguments: StoreKind.available)
+    func registration(_ kind: StoreKind) async throws {
+        let place = try await kind.make()
+        let store = try await place.open()
         let squatted = try await store.append([Self.publish("squat", key: Self.second)], serverTimeMilliseconds: 1)
         #expect(squatted == [.failure(.forbidden("the topic does not exist and this key does not found its id"))])
         #expect(try await store.headSeq(topic: Self.topic) == 0)
@@ -40,13 +39,15 @@ struct CapabilityTests {
         let stranger = try await store.append([Self.publish("x", key: Self.second)], serverTimeMilliseconds: 1)
         #expect(stranger == [.failure(.forbidden("this access key is not the topic's current one"))])
         try await store.close()
+        await place.remove()
     }
 
-    @Test("control publishes: compare-and-set on the last control seq, rotation in the same transaction")
-    func controlAndRotation() async throws {
-        let directory = try TemporaryDirectory()
-        defer { directory.remove() }
-        let store = try SQLiteRelayStore(url: directory.storeURL)
+    @Test(
+        "control publishes: compare-and-set on the last control seq, rotation in the same transaction",
+        arguments: StoreKind.available)
+    func controlAndRotation(_ kind: StoreKind) async throws {
+        let place = try await kind.make()
+        let store = try await place.open()
         _ = try await store.appendAll([Self.publish("create", control: true, expected: 0)], serverTimeMilliseconds: 1)
         _ = try await store.appendAll([Self.publish("message")], serverTimeMilliseconds: 1)
         // Two commits built on the same control entry in one batch: the
@@ -93,6 +94,70 @@ struct CapabilityTests {
         #expect(page.envelopes.map(\.control) == [true, false, true, true, true])
         #expect(page.retiredKeys == [4: Self.first.publicKey])
         try await store.close()
+        await place.remove()
+    }
+
+    @Test(
+        "one batch answers as if its publishes came one after another: heads advance, refusals store nothing, a retry of an earlier one is a duplicate, and a founding mid-batch counts for those after it",
+        arguments: StoreKind.available)
+    func batchAnsweredInOrder(_ kind: StoreKind) async throws {
+        let place = try await kind.make()
+        let store = try await place.open()
+        _ = try await store.appendAll([Self.publish("create", control: true, expected: 0)], serverTimeMilliseconds: 1)
+        var overQuota = Self.publish("too big", idempotency: "q")
+        overQuota.quotaBytes = 10
+        let mixed = try await store.append(
+            [
+                Self.publish("one", idempotency: "a"),
+                Self.publish("stranger", key: Self.second, idempotency: "s"),
+                Self.publish("commit", idempotency: "c", control: true, expected: 1),
+                Self.publish("stale commit", idempotency: "d", control: true, expected: 1),
+                Self.publish("one", idempotency: "a"),
+                overQuota,
+                Self.publish("two", idempotency: "b"),
+                Self.publish("stranger's retry", key: Self.third, idempotency: "b"),
+            ], serverTimeMilliseconds: 2)
+        #expect(try mixed[0].get() == AppendResult(envelope: stored("one", seq: 2, time: 2), duplicate: false))
+        #expect(mixed[1] == .failure(.forbidden("this access key is not the topic's current one")))
+        #expect(try mixed[2].get().envelope.seq == 3)
+        #expect(mixed[3] == .failure(.conflict(lastControlSeq: 3)))
+        #expect(try mixed[4].get() == AppendResult(envelope: stored("one", seq: 2, time: 2), duplicate: true))
+        #expect(mixed[5] == .failure(.quotaExceeded("the topic stores at most 10 bytes")))
+        #expect(try mixed[6].get().envelope.seq == 4)
+        #expect(mixed[7] == .failure(.forbidden("this access key is not one of the topic's")))
+        #expect(try await store.headSeq(topic: Self.topic) == 4)
+        // A batch that founds another topic between two publishes to it:
+        // the one before the founding is refused, the one after stored.
+        let other = "group/" + Self.second.foundedTopicID
+        func toOther(_ payload: String, key: TopicAccess) -> PublishRequest {
+            PublishRequest(topic: other, payload: Data(payload.utf8), accessKey: key.publicKey)
+        }
+        let founding = try await store.append(
+            [
+                toOther("early", key: Self.third), Self.publish("three"), toOther("found", key: Self.second),
+                toOther("late stranger", key: Self.third), toOther("after", key: Self.second),
+            ], serverTimeMilliseconds: 3)
+        #expect(founding[0] == .failure(.forbidden("the topic does not exist and this key does not found its id")))
+        #expect(try founding[1].get().envelope.seq == 5)
+        #expect(try founding[2].get().envelope.seq == 1)
+        #expect(founding[3] == .failure(.forbidden("this access key is not the topic's current one")))
+        #expect(try founding[4].get().envelope.seq == 2)
+        let page = try await store.fetch(topic: Self.topic, after: 0, limit: 10, nowMilliseconds: 0)
+        #expect(
+            page.envelopes.map { String(decoding: $0.payload, as: UTF8.self) } == [
+                "create", "one", "commit", "two", "three",
+            ])
+        try await store.close()
+        await place.remove()
+    }
+
+    private func stored(_ payload: String, seq: UInt64, time: Int64) -> WireEnvelope {
+        var envelope = WireEnvelope()
+        envelope.topic = Self.topic
+        envelope.seq = seq
+        envelope.serverTimeMs = time
+        envelope.payload = Data(payload.utf8)
+        return envelope
     }
 
     @Test("the group commit writer evaluates compare-and-set in commit order inside one batch")

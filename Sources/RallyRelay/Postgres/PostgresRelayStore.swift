@@ -128,6 +128,15 @@ public final class PostgresRelayStore: RelayStore, PushTargetStore {
             // every node: two nodes' batches never wait on each other in a
             // cycle.
             try await Self.lock(Set(batch.map(\.topic)).sorted(), connection: connection, logger: logger)
+            let readings = try await Self.read(batch, connection: connection, logger: logger)
+            if let plan = BatchAppendPlan.plan(batch, readings: readings, serverTime: serverTimeMilliseconds) {
+                try await Self.write(
+                    plan, of: batch, serverTime: serverTimeMilliseconds, nodeID: nodeID, connection: connection,
+                    logger: logger)
+                return plan.results
+            }
+            // A key is founded or rotated: one publish at a time, each
+            // reading what the ones before it wrote.
             var results: [Result<AppendResult, AppendRefusal>] = []
             results.reserveCapacity(batch.count)
             for request in batch {
@@ -138,6 +147,96 @@ public final class PostgresRelayStore: RelayStore, PushTargetStore {
             }
             return results
         }
+    }
+
+    /// What the checks of every publish of `batch` need, in one round trip
+    /// and one snapshot: a stored retry, the topic's head and the key's
+    /// status, one row per publish in batch order.
+    private static func read(
+        _ batch: [PublishRequest], connection: PostgresConnection, logger: Logger
+    ) async throws -> [AppendReading] {
+        // An empty key stands for none: no envelope has an empty
+        // idempotency key, and no topic key is empty.
+        let topics = batch.map(\.topic)
+        let keys = batch.map { ByteBuffer(bytes: $0.idempotencyKey) }
+        let accessKeys = batch.map { ByteBuffer(bytes: $0.accessKey ?? Data()) }
+        let rows = try await connection.query(
+            """
+            SELECT r.ord, d.seq, d.server_time_ms, d.payload, d.should_push, d.expires_at_ms, d.control,
+            t.last_seq, t.last_control_seq, t.bytes, k.valid_through, k.access_key IS NOT NULL,
+            EXISTS (SELECT 1 FROM deleted_topics WHERE topic = r.topic),
+            EXISTS (SELECT 1 FROM topic_keys WHERE topic = r.topic)
+            FROM unnest(\(topics)::text[], \(keys)::bytea[], \(accessKeys)::bytea[])
+                WITH ORDINALITY AS r(topic, idempotency_key, access_key, ord)
+            LEFT JOIN envelopes d ON d.topic = r.topic AND d.idempotency_key = NULLIF(r.idempotency_key, ''::bytea)
+            LEFT JOIN topics t ON t.name = r.topic
+            LEFT JOIN topic_keys k ON k.topic = r.topic AND k.access_key = r.access_key
+            ORDER BY r.ord
+            """, logger: logger)
+        var readings: [AppendReading] = []
+        readings.reserveCapacity(batch.count)
+        for try await row in rows {
+            let columns = row.makeRandomAccess()
+            let ordinal = try columns[0].decode(Int64.self)
+            guard ordinal == readings.count + 1 else { throw PostgresStoreError.noRow }
+            let topic = batch[readings.count].topic
+            var duplicate: WireEnvelope?
+            if let seq = try columns[1].decode(Int64?.self) {
+                var stored = WireEnvelope()
+                stored.topic = topic
+                stored.seq = UInt64(max(0, seq))
+                stored.serverTimeMs = try columns[2].decode(Int64.self)
+                stored.payload = try columns[3].decode(Data.self)
+                stored.shouldPush = try columns[4].decode(Bool.self)
+                stored.expiresAtMs = try columns[5].decode(Int64.self)
+                stored.control = try columns[6].decode(Bool.self)
+                duplicate = stored
+            }
+            let head = AppendRules.Head(
+                lastSeq: try columns[7].decode(Int64?.self) ?? 0,
+                lastControlSeq: try columns[8].decode(Int64?.self) ?? 0,
+                bytes: try columns[9].decode(Int64?.self) ?? 0)
+            let keyStatus = Self.keyStatus(
+                validThrough: try columns[10].decode(Int64?.self), present: try columns[11].decode(Bool.self),
+                deleted: try columns[12].decode(Bool.self), known: try columns[13].decode(Bool.self))
+            readings.append(AppendReading(duplicate: duplicate, head: head, keyStatus: keyStatus))
+        }
+        guard readings.count == batch.count else { throw PostgresStoreError.noRow }
+        return readings
+    }
+
+    /// Writes a planned batch in one round trip: every new envelope, each
+    /// topic's final head, and the announcement of each envelope (sent
+    /// when, and only if, the transaction commits).
+    private static func write(
+        _ plan: BatchAppendPlan, of batch: [PublishRequest], serverTime: Int64, nodeID: String,
+        connection: PostgresConnection, logger: Logger
+    ) async throws {
+        guard !plan.inserts.isEmpty else { return }
+        let requests = plan.inserts.map { batch[$0.index] }
+        let headTopics = plan.heads.keys.sorted()
+        let heads = headTopics.map { plan.heads[$0]! }
+        let notes = zip(plan.inserts, requests).map { insert, request in "\(nodeID) \(insert.seq) \(request.topic)" }
+        try await connection.query(
+            """
+            WITH head AS (
+                INSERT INTO topics (name, last_seq, bytes, last_control_seq)
+                SELECT * FROM unnest(\(headTopics)::text[], \(heads.map(\.lastSeq))::int8[],
+                    \(heads.map(\.bytes))::int8[], \(heads.map(\.lastControlSeq))::int8[])
+                ON CONFLICT (name) DO UPDATE SET last_seq = excluded.last_seq, bytes = excluded.bytes,
+                last_control_seq = excluded.last_control_seq),
+            stored AS (
+                INSERT INTO envelopes (topic, seq, server_time_ms, payload, should_push, expires_at_ms, idempotency_key,
+                control, retires_key)
+                SELECT topic, seq, \(serverTime), payload, should_push, expires_at_ms,
+                NULLIF(idempotency_key, ''::bytea), control, NULL
+                FROM unnest(\(requests.map(\.topic))::text[], \(plan.inserts.map(\.seq))::int8[],
+                    \(requests.map { ByteBuffer(bytes: $0.payload) })::bytea[], \(requests.map(\.shouldPush))::bool[],
+                    \(requests.map(\.expiresAtMilliseconds))::int8[],
+                    \(requests.map { ByteBuffer(bytes: $0.idempotencyKey) })::bytea[], \(requests.map(\.control))::bool[])
+                    AS new(topic, seq, payload, should_push, expires_at_ms, idempotency_key, control))
+            SELECT pg_notify(\(channel), note) FROM unnest(\(notes)::text[]) AS note
+            """, logger: logger)
     }
 
     /// One publish in three round trips at most: one statement reads what
@@ -350,6 +449,30 @@ public final class PostgresRelayStore: RelayStore, PushTargetStore {
                 throw error
             }
         }
+    }
+
+    /// The announced envelopes that are still stored and unexpired, as
+    /// hub items, in seq order per topic: one round trip for a whole burst
+    /// of another node's announcements.
+    func announcedEnvelopes(_ announced: [AnnouncedEnvelope], nowMilliseconds: Int64) async throws -> [TopicHub.Item] {
+        let unique = Array(Set(announced))
+        let rows = try await client.query(
+            """
+            SELECT e.topic, e.seq, e.server_time_ms, e.payload, e.should_push, e.expires_at_ms, e.control, e.retires_key
+            FROM unnest(\(unique.map(\.topic))::text[], \(unique.map { Int64(clamping: $0.seq) })::int8[]) AS a(topic, seq)
+            JOIN envelopes e ON e.topic = a.topic AND e.seq = a.seq
+            WHERE e.expires_at_ms = 0 OR e.expires_at_ms >= \(nowMilliseconds)
+            ORDER BY e.topic, e.seq
+            """, logger: logger)
+        var items: [TopicHub.Item] = []
+        items.reserveCapacity(unique.count)
+        for try await row in rows {
+            items.append(
+                TopicHub.Item(
+                    envelope: try Self.envelope(row),
+                    retiredKey: try row.makeRandomAccess()["retires_key"].decode(Data?.self)))
+        }
+        return items
     }
 
     public func headSeq(topic: String) async throws -> UInt64 {
