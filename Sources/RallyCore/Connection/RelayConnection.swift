@@ -243,29 +243,33 @@ public actor RelayConnection: RelayLink {
     }
 
     private func wait(for requestID: UInt64, _ continuation: CheckedContinuation<WireServerFrame, any Error>) {
-        guard var request = pending[requestID] else {
+        guard pending[requestID] != nil else {
             // Only a closing connection drops a request unanswered.
             continuation.resume(throwing: closedError ?? .disconnected("the connection closed"))
             return
         }
-        if let outcome = request.outcome {
-            pending[requestID] = nil
-            continuation.resume(with: outcome.mapError { $0 as any Error })
-        } else {
-            request.waiter = continuation
-            pending[requestID] = request
-        }
+        meet(requestID, waiter: continuation)
     }
 
     /// Answers a request: its waiter now, or when it comes to wait. The
     /// first outcome counts; a late one (a reply after a timeout) is dropped.
     private func settle(_ requestID: UInt64, _ outcome: Result<WireServerFrame, RelayClientError>) {
-        guard var request = pending[requestID], request.outcome == nil else { return }
-        if let waiter = request.waiter {
+        meet(requestID, outcome: outcome)
+    }
+
+    /// The caller's wait and the request's outcome meet here, in either
+    /// order; the second to come completes the request.
+    private func meet(
+        _ requestID: UInt64, waiter: CheckedContinuation<WireServerFrame, any Error>? = nil,
+        outcome: Result<WireServerFrame, RelayClientError>? = nil
+    ) {
+        guard var request = pending[requestID] else { return }
+        if let waiter { request.waiter = waiter }
+        if request.outcome == nil { request.outcome = outcome }
+        if let waiter = request.waiter, let outcome = request.outcome {
             pending[requestID] = nil
             waiter.resume(with: outcome.mapError { $0 as any Error })
         } else {
-            request.outcome = outcome
             pending[requestID] = request
         }
     }

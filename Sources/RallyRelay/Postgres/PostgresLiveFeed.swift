@@ -154,10 +154,11 @@ final class AnnouncementQueue: Sendable {
     }
 
     /// Hands on everything that waits, in the order added, as one burst
-    /// at a time; returns once finished and empty. One caller at a time.
+    /// at a time; returns once finished and empty, or cancelled (the node
+    /// is stopping). One caller at a time.
     func handleBursts(_ handle: ([String]) async -> Void) async {
         var wakeUps = self.wakeUps.makeAsyncIterator()
-        while true {
+        while !Task.isCancelled {
             let (burst, finished) = state.withLock { state in
                 defer { state.waiting.removeAll(keepingCapacity: true) }
                 return (state.waiting, state.finished)
