@@ -37,6 +37,7 @@ struct ChildRelayCommand: AsyncParsableCommand {
     var postgres: String?
 
     func run() async throws {
+        BenchChild.stopWhenParentIsGone()
         var logger = Logger(label: "rally.relay")
         logger.logLevel = .error
         var limits = RelayLimits.default

@@ -20,6 +20,7 @@ struct ChildAdminCommand: AsyncParsableCommand {
     @Option(help: "The relay's URL.") var relayURL: String
 
     func run() async throws {
+        BenchChild.stopWhenParentIsGone()
         guard let url = URL(string: relayURL) else { throw ValidationError("--relay-url: not a URL") }
         var logger = Logger(label: "rally.bench.admin")
         logger.logLevel = .error

@@ -37,6 +37,7 @@ struct JoinBench: AsyncParsableCommand {
     func run() async throws {
         let counts = concurrency.split(separator: ",").compactMap { Int($0.trimmingCharacters(in: .whitespaces)) }
         guard !counts.isEmpty, counts.allSatisfy({ $0 >= 1 }) else { throw ValidationError("--concurrency: e.g. 1,50") }
+        guard verifications >= 1 else { throw ValidationError("--verifications must be at least 1") }
         let relay = try ChildRelay.start()
         defer { relay.stop() }
         let root = FileManager.default.temporaryDirectory.appendingPathComponent("rally-bench-join-\(UUID())")

@@ -189,6 +189,9 @@ enum BenchChild {
         process.arguments = arguments
         let pipe = Pipe()
         process.standardOutput = pipe
+        // Never written: the child sees its end of file when this process
+        // is gone, however it ended (``stopWhenParentIsGone()``).
+        process.standardInput = Pipe()
         try process.run()
         var buffer = Data()
         while true {
@@ -198,6 +201,17 @@ enum BenchChild {
             for line in String(decoding: buffer, as: UTF8.self).split(separator: "\n") {
                 if let value = ready(line) { return (process, value) }
             }
+        }
+    }
+
+    /// In a child: stops this process (gracefully, by SIGTERM) once the
+    /// parent bench is gone. A bench that crashed or was killed left its
+    /// relay and admin running, holding its output pipe open, so a shell
+    /// reading the bench's output waited for good.
+    static func stopWhenParentIsGone() {
+        Thread.detachNewThread {
+            _ = FileHandle.standardInput.readDataToEndOfFile()
+            kill(getpid(), SIGTERM)
         }
     }
 }
