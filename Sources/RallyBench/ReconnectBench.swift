@@ -447,6 +447,7 @@ final class RelayChild: Sendable {
         ]
         let out = Pipe()
         process.standardOutput = out
+        process.standardInput = Pipe()  // see BenchChild.stopWhenParentIsGone()
         try process.run()
         var buffer = Data()
         while true {

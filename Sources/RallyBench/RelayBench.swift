@@ -208,7 +208,11 @@ enum BenchChild {
     /// parent bench is gone. A bench that crashed or was killed left its
     /// relay and admin running, holding its output pipe open, so a shell
     /// reading the bench's output waited for good.
+    /// Only a child whose stdin is a pipe watches it: one started by hand
+    /// keeps its terminal's stdin.
     static func stopWhenParentIsGone() {
+        var status = stat()
+        guard fstat(STDIN_FILENO, &status) == 0, status.st_mode & S_IFMT == S_IFIFO else { return }
         Thread.detachNewThread {
             _ = FileHandle.standardInput.readDataToEndOfFile()
             kill(getpid(), SIGTERM)
