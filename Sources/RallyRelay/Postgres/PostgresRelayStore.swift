@@ -214,15 +214,15 @@ public final class PostgresRelayStore: RelayStore, PushTargetStore {
     ) async throws {
         guard !plan.inserts.isEmpty else { return }
         let requests = plan.inserts.map { batch[$0.index] }
-        let headTopics = plan.heads.keys.sorted()
-        let heads = headTopics.map { plan.heads[$0]! }
+        let heads = plan.heads.sorted { $0.key < $1.key }
+        let headTopics = heads.map(\.key)
         let notes = zip(plan.inserts, requests).map { insert, request in "\(nodeID) \(insert.seq) \(request.topic)" }
         try await connection.query(
             """
             WITH head AS (
                 INSERT INTO topics (name, last_seq, bytes, last_control_seq)
-                SELECT * FROM unnest(\(headTopics)::text[], \(heads.map(\.lastSeq))::int8[],
-                    \(heads.map(\.bytes))::int8[], \(heads.map(\.lastControlSeq))::int8[])
+                SELECT * FROM unnest(\(headTopics)::text[], \(heads.map(\.value.lastSeq))::int8[],
+                    \(heads.map(\.value.bytes))::int8[], \(heads.map(\.value.lastControlSeq))::int8[])
                 ON CONFLICT (name) DO UPDATE SET last_seq = excluded.last_seq, bytes = excluded.bytes,
                 last_control_seq = excluded.last_control_seq),
             stored AS (
@@ -249,44 +249,9 @@ public final class PostgresRelayStore: RelayStore, PushTargetStore {
     ) async throws -> Result<AppendResult, AppendRefusal> {
         let topic = request.topic
         let key: Data? = request.idempotencyKey.isEmpty ? nil : request.idempotencyKey
-        let rows = try await connection.query(
-            """
-            SELECT d.seq, d.server_time_ms, d.payload, d.should_push, d.expires_at_ms, d.control,
-            t.last_seq, t.last_control_seq, t.bytes, k.valid_through, k.present,
-            EXISTS (SELECT 1 FROM deleted_topics WHERE topic = \(topic)),
-            EXISTS (SELECT 1 FROM topic_keys WHERE topic = \(topic))
-            FROM (SELECT 1) AS one
-            LEFT JOIN envelopes d ON d.topic = \(topic) AND d.idempotency_key = \(key)
-            LEFT JOIN topics t ON t.name = \(topic)
-            LEFT JOIN (SELECT valid_through, true AS present FROM topic_keys
-                       WHERE topic = \(topic) AND access_key = \(request.accessKey)) k ON true
-            """, logger: logger)
-        var state: ReadState?
-        for try await row in rows {
-            let (seq, time, payload, push, expires, control) = try row.decode(
-                (Int64?, Int64?, Data?, Bool?, Int64?, Bool?).self)
-            let columns = row.makeRandomAccess()
-            let head = AppendRules.Head(
-                lastSeq: try columns[6].decode(Int64?.self) ?? 0,
-                lastControlSeq: try columns[7].decode(Int64?.self) ?? 0,
-                bytes: try columns[8].decode(Int64?.self) ?? 0)
-            let keyStatus = Self.keyStatus(
-                validThrough: try columns[9].decode(Int64?.self), present: try columns[10].decode(Bool?.self) ?? false,
-                deleted: try columns[11].decode(Bool.self), known: try columns[12].decode(Bool.self))
-            var duplicate: WireEnvelope?
-            if let seq, let time, let payload, let push, let expires, let control {
-                duplicate = WireEnvelope()
-                duplicate?.topic = topic
-                duplicate?.seq = UInt64(max(0, seq))
-                duplicate?.serverTimeMs = time
-                duplicate?.payload = payload
-                duplicate?.shouldPush = push
-                duplicate?.expiresAtMs = expires
-                duplicate?.control = control
-            }
-            state = ReadState(duplicate: duplicate, head: head, keyStatus: keyStatus)
-        }
-        guard let state else { throw PostgresStoreError.noRow }
+        // The batch read, for this one publish: it sees what the publishes
+        // before it in this transaction wrote.
+        let state = try await read([request], connection: connection, logger: logger)[0]
         let keyStatus: AccessKeyStatus? = request.accessKey == nil ? nil : state.keyStatus
         if let duplicate = state.duplicate {
             // A retry: answered before any other check, as long as the key
@@ -346,12 +311,6 @@ public final class PostgresRelayStore: RelayStore, PushTargetStore {
         guard !topics.isEmpty else { return }
         try await connection.query(
             "SELECT pg_advisory_xact_lock(hashtextextended(t, 0)) FROM unnest(\(topics)::text[]) AS t", logger: logger)
-    }
-
-    private struct ReadState {
-        let duplicate: WireEnvelope?
-        let head: AppendRules.Head
-        let keyStatus: AccessKeyStatus
     }
 
     private static func keyStatus(validThrough: Int64?, present: Bool, deleted: Bool, known: Bool) -> AccessKeyStatus {
