@@ -229,10 +229,11 @@ rally_run() {
   out=$("$rally_bench" relay --clients "$clients" --messages "$messages" --payload "$payload" "$@") ||
     die "rally-bench relay $* failed (exit $?)"
   sed 's/^/  rally-bench | /' <<<"$out" >&2
-  # Rows under the header "clients  messages  seconds  deliveries/s  p50 ms  p99 ms  max ms".
+  # Rows under the header "clients  messages  seconds  deliveries/s  p50 ms  p99 ms  max ms ..."
+  # (CPU columns follow; the table here takes the first seven).
   rows=$(awk '
     /^clients +messages +seconds +deliveries\/s +p50 ms +p99 ms/ { table = 1; next }
-    table && NF == 7 && $1 ~ /^[0-9]+$/ { print $1, $2, $4, $5, $6; next }
+    table && NF >= 7 && $1 ~ /^[0-9]+$/ { print $1, $2, $4, $5, $6; next }
     table { table = 0 }
   ' <<<"$out")
   [ "$(grep -c . <<<"$rows")" -eq ${#counts[@]} ] ||

@@ -49,15 +49,21 @@ struct RelayBench: AsyncParsableCommand {
                         ? "SQLite WAL synchronous=FULL" : "PostgreSQL (\(nodes) node\(nodes == 1 ? "" : "s"))"))
         }
         if subscribers > 1 { Output.write("each topic has \(subscribers) subscribers; latencies are per delivery") }
-        Output.write("clients  messages  seconds  deliveries/s  p50 ms  p99 ms  max ms")
+        Output.write(
+            "clients  messages  seconds  deliveries/s  p50 ms  p99 ms  max ms  relay CPU µs/msg  clients CPU µs/msg")
         for count in counts {
-            let result = try await measure(clients: count, relayURLs: urls)
+            let result = try await measure(clients: count, relayURLs: urls, relayPIDs: relays.map(\.pid))
+            let published = Double(count * messages)
             Output.write(
                 String(
-                    format: "%7d  %8d  %7.2f  %12.0f  %6.2f  %6.2f  %6.2f", count, result.delivered,
+                    format: "%7d  %8d  %7.2f  %12.0f  %6.2f  %6.2f  %6.2f  %16.1f  %18.1f", count, result.delivered,
                     result.seconds, Double(result.delivered) / result.seconds, result.percentile(0.50),
-                    result.percentile(0.99), result.percentile(1.0)))
+                    result.percentile(0.99), result.percentile(1.0), result.relayCPUMilliseconds * 1000 / published,
+                    result.clientCPUMilliseconds * 1000 / published))
         }
+        Output.write(
+            "(CPU per message published, during the timed part only: the relay processes', and this process's, whose clients publish and receive)"
+        )
         for relay in relays {
             Output.write(
                 "relay peak memory (VmHWM): \(relay.peakMemoryKiB().map { "\($0 / 1024) MiB" } ?? "unknown")")
@@ -68,12 +74,14 @@ struct RelayBench: AsyncParsableCommand {
         var delivered = 0
         var seconds = 0.0
         var latenciesMs: [Double] = []
+        var relayCPUMilliseconds = 0.0
+        var clientCPUMilliseconds = 0.0
 
         /// `latenciesMs` is sorted.
         func percentile(_ p: Double) -> Double { ReconnectBench.percentile(latenciesMs, p) }
     }
 
-    private func measure(clients count: Int, relayURLs: [URL]) async throws -> Result {
+    private func measure(clients count: Int, relayURLs: [URL], relayPIDs: [Int32]) async throws -> Result {
         var logger = Logger(label: "rally.bench")
         logger.logLevel = .error
         let perClient = messages
@@ -97,6 +105,8 @@ struct RelayBench: AsyncParsableCommand {
             let access = try TopicAccess(secret: TopicAccess.newSecret())
             pairs.append((readers, publisher, try TopicName(validating: "bench/\(access.foundedTopicID)"), access))
         }
+        let relayCPU = { relayPIDs.reduce(0.0) { $0 + (ProcessCPU.milliseconds(pid: $1) ?? 0) } }
+        let cpuBefore = (relay: relayCPU(), clients: ProcessCPU.milliseconds() ?? 0)
         let start = DispatchTime.now().uptimeNanoseconds
         let latencies = try await withThrowingTaskGroup(of: [Double].self) { group in
             for (readers, publisher, topic, access) in pairs {
@@ -134,11 +144,15 @@ struct RelayBench: AsyncParsableCommand {
             return all
         }
         let seconds = Double(DispatchTime.now().uptimeNanoseconds - start) / 1_000_000_000
+        let cpuAfter = (relay: relayCPU(), clients: ProcessCPU.milliseconds() ?? 0)
         for (readers, publisher, _, _) in pairs {
             for subscriber in readers { await subscriber.close() }
             await publisher.close()
         }
-        return Result(delivered: latencies.count, seconds: seconds, latenciesMs: latencies.sorted())
+        return Result(
+            delivered: latencies.count, seconds: seconds, latenciesMs: latencies.sorted(),
+            relayCPUMilliseconds: cpuAfter.relay - cpuBefore.relay,
+            clientCPUMilliseconds: cpuAfter.clients - cpuBefore.clients)
     }
 }
 
