@@ -119,6 +119,46 @@ struct StoreTests {
         await place.remove()
     }
 
+    @Test(
+        "PostgreSQL: a burst of announcements is read in one go: what is still stored and unexpired, once each, in seq order per topic, with the key a rotation retired",
+        .enabled(if: PostgresTestDatabase.isAvailable, "needs RALLY_TEST_POSTGRES_URL"))
+    func announcedEnvelopes() async throws {
+        let place = try await StoreKind.postgres.make()
+        let store = try #require(try await place.open() as? PostgresRelayStore)
+        _ = try await store.appendAll(
+            [
+                request("group/a", "a1"), request("group/b", "b1"), request("group/a", "a2", expiresAt: 1_000),
+                request("group/a", "a3"),
+            ],
+            serverTimeMilliseconds: 500)
+        let first = testAccess(31)
+        let topic = "group/" + first.foundedTopicID
+        _ = try await store.appendAll(
+            [
+                PublishRequest(topic: topic, payload: Data("found".utf8), accessKey: first.publicKey, control: true),
+                PublishRequest(
+                    topic: topic, payload: Data("rotate".utf8), accessKey: first.publicKey, control: true,
+                    expectedControlSeq: 1, rotateAccessKey: testAccess(32).publicKey),
+            ],
+            serverTimeMilliseconds: 500)
+        let announced = [
+            AnnouncedEnvelope(topic: "group/a", seq: 3), AnnouncedEnvelope(topic: "group/b", seq: 1),
+            AnnouncedEnvelope(topic: "group/a", seq: 1), AnnouncedEnvelope(topic: "group/a", seq: 3),
+            // Expired by the time it is read, and one never stored.
+            AnnouncedEnvelope(topic: "group/a", seq: 2), AnnouncedEnvelope(topic: "group/b", seq: 9),
+            AnnouncedEnvelope(topic: topic, seq: 2),
+        ]
+        let items = try await store.announcedEnvelopes(announced, nowMilliseconds: 2_000)
+        // In seq order within each topic (the order of topics is the store's).
+        let byTopic = Dictionary(grouping: items, by: \.envelope.topic)
+        #expect(byTopic.mapValues { $0.map(\.envelope.seq) } == ["group/a": [1, 3], "group/b": [1], topic: [2]])
+        #expect(byTopic["group/a"]?.map { String(decoding: $0.envelope.payload, as: UTF8.self) } == ["a1", "a3"])
+        #expect(byTopic[topic]?.map(\.retiredKey) == [first.publicKey])
+        #expect(items.filter { $0.envelope.topic != topic }.allSatisfy { $0.retiredKey == nil })
+        try await store.close()
+        await place.remove()
+    }
+
     @Test("the store survives a reopen", arguments: StoreKind.available)
     func reopen(_ kind: StoreKind) async throws {
         let place = try await kind.make()
