@@ -439,15 +439,10 @@ final class RelayChild: Sendable {
     }
 
     private static func startBlocking(port: Int, data: URL, maxConnections: Int) throws -> RelayChild? {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
-        process.arguments = [
+        let (process, out) = BenchChild.child([
             ChildRelayCommand.configuration.commandName!, "--data", data.path, "--port", String(port),
             "--max-connections", String(maxConnections),
-        ]
-        let out = Pipe()
-        process.standardOutput = out
-        process.standardInput = Pipe()  // see BenchChild.stopWhenParentIsGone()
+        ])
         try process.run()
         var buffer = Data()
         while true {

@@ -198,14 +198,7 @@ enum BenchChild {
     static func start<Ready>(
         _ arguments: [String], failure: String, ready: (Substring) -> Ready?
     ) throws -> (Process, Ready) {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
-        process.arguments = arguments
-        let pipe = Pipe()
-        process.standardOutput = pipe
-        // Never written: the child sees its end of file when this process
-        // is gone, however it ended (``stopWhenParentIsGone()``).
-        process.standardInput = Pipe()
+        let (process, pipe) = child(arguments)
         try process.run()
         var buffer = Data()
         while true {
@@ -218,12 +211,25 @@ enum BenchChild {
         }
     }
 
+    /// `/proc/self/exe arguments…`, not yet started, with its output on the
+    /// returned pipe and, as its stdin, a pipe this process never writes:
+    /// the child sees its end of file when this process is gone, however it
+    /// ended (``stopWhenParentIsGone()``).
+    static func child(_ arguments: [String]) -> (Process, output: Pipe) {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
+        process.arguments = arguments
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardInput = Pipe()
+        return (process, output)
+    }
+
     /// In a child: stops this process (gracefully, by SIGTERM) once the
     /// parent bench is gone. A bench that crashed or was killed left its
     /// relay and admin running, holding its output pipe open, so a shell
-    /// reading the bench's output waited for good.
-    /// Only a child whose stdin is a pipe watches it: one started by hand
-    /// keeps its terminal's stdin.
+    /// reading the bench's output waited for good. Only a child whose
+    /// stdin is a pipe watches it: one started by hand keeps its terminal.
     static func stopWhenParentIsGone() {
         var status = stat()
         guard fstat(STDIN_FILENO, &status) == 0, status.st_mode & S_IFMT == S_IFIFO else { return }

@@ -139,8 +139,8 @@ struct SubscriptionFeed: Sendable {
         }
     }
 
-    /// `frame` is the envelope already encoded (a live one, by the hub);
-    /// a backlog envelope is encoded here.
+    /// `frame` is the envelope already encoded (a live one, by the hub for
+    /// all its subscribers); a backlog envelope is encoded here.
     ///
     /// Never inlined: inlined into `run()`, its locals joined the frame an
     /// idle subscription's task keeps while it waits, and the relay held
@@ -150,13 +150,7 @@ struct SubscriptionFeed: Sendable {
         _ envelope: WireEnvelope, retiredKey: Data?, frame encoded: ByteBuffer?, _ progress: inout Progress
     ) async throws {
         if let bound = progress.bound, envelope.seq > bound { throw Revoked() }
-        if let encoded {
-            try await sendEncoded(encoded)
-        } else {
-            var frame = WireServerFrame()
-            frame.envelope = envelope
-            try await send(frame)
-        }
+        try await sendEncoded(encoded ?? TopicHub.encodedFrame(envelope))
         services.metrics.deliveries.increment()
         progress.lastSent = envelope.seq
         if progress.bound == nil, let accessKey, retiredKey == accessKey { progress.bound = envelope.seq }

@@ -220,7 +220,7 @@ public actor RelayConnection: RelayLink {
             // gets what giving up while waiting for the reply gives.
             let failure: RelayClientError =
                 Task.isCancelled ? .timedOut("reply to request \(requestID)") : .disconnected("write failed: \(error)")
-            settle(requestID, .failure(failure))
+            meet(requestID, outcome: .failure(failure))
         }
         let reply: WireServerFrame
         do {
@@ -229,7 +229,7 @@ public actor RelayConnection: RelayLink {
                     wait(for: requestID, continuation)
                 }
             } onCancel: {
-                Task { await self.settle(requestID, .failure(.timedOut("reply to request \(requestID)"))) }
+                Task { await self.meet(requestID, outcome: .failure(.timedOut("reply to request \(requestID)"))) }
             }
         } catch let error as RelayClientError {
             throw error
@@ -251,14 +251,9 @@ public actor RelayConnection: RelayLink {
         meet(requestID, waiter: continuation)
     }
 
-    /// Answers a request: its waiter now, or when it comes to wait. The
-    /// first outcome counts; a late one (a reply after a timeout) is dropped.
-    private func settle(_ requestID: UInt64, _ outcome: Result<WireServerFrame, RelayClientError>) {
-        meet(requestID, outcome: outcome)
-    }
-
     /// The caller's wait and the request's outcome meet here, in either
-    /// order; the second to come completes the request.
+    /// order; the second to come completes the request. The first outcome
+    /// counts: a late one (a reply after a timeout) is dropped.
     private func meet(
         _ requestID: UInt64, waiter: CheckedContinuation<WireServerFrame, any Error>? = nil,
         outcome: Result<WireServerFrame, RelayClientError>? = nil
@@ -294,7 +289,7 @@ public actor RelayConnection: RelayLink {
         var next: ContinuousClock.Instant?
         for (requestID, request) in pending where request.outcome == nil {
             if request.deadline <= now {
-                settle(requestID, .failure(.timedOut("reply to request \(requestID)")))
+                meet(requestID, outcome: .failure(.timedOut("reply to request \(requestID)")))
             } else {
                 next = min(next ?? request.deadline, request.deadline)
             }
@@ -459,7 +454,7 @@ public actor RelayConnection: RelayLink {
                 // must come after `.caughtUp`.
                 subscription.yield(.caughtUp(seq: subscribed.caughtUpSeq))
             }
-            settle(frame.requestID, .success(frame))
+            meet(frame.requestID, outcome: .success(frame))
         }
     }
 

@@ -110,31 +110,11 @@ struct FieldElement: Equatable {
         let b2 = b.l2 &* 19
         let b3 = b.l3 &* 19
         let b4 = b.l4 &* 19
-        var r0 = Wide(a.l0, b.l0)
-        r0.add(a.l1, b4)
-        r0.add(a.l2, b3)
-        r0.add(a.l3, b2)
-        r0.add(a.l4, b1)
-        var r1 = Wide(a.l0, b.l1)
-        r1.add(a.l1, b.l0)
-        r1.add(a.l2, b4)
-        r1.add(a.l3, b3)
-        r1.add(a.l4, b2)
-        var r2 = Wide(a.l0, b.l2)
-        r2.add(a.l1, b.l1)
-        r2.add(a.l2, b.l0)
-        r2.add(a.l3, b4)
-        r2.add(a.l4, b3)
-        var r3 = Wide(a.l0, b.l3)
-        r3.add(a.l1, b.l2)
-        r3.add(a.l2, b.l1)
-        r3.add(a.l3, b.l0)
-        r3.add(a.l4, b4)
-        var r4 = Wide(a.l0, b.l4)
-        r4.add(a.l1, b.l3)
-        r4.add(a.l2, b.l2)
-        r4.add(a.l3, b.l1)
-        r4.add(a.l4, b.l0)
+        var r0 = Wide(a.l0, b.l0, a.l1, b4, a.l2, b3, a.l3, b2, a.l4, b1)
+        var r1 = Wide(a.l0, b.l1, a.l1, b.l0, a.l2, b4, a.l3, b3, a.l4, b2)
+        var r2 = Wide(a.l0, b.l2, a.l1, b.l1, a.l2, b.l0, a.l3, b4, a.l4, b3)
+        var r3 = Wide(a.l0, b.l3, a.l1, b.l2, a.l2, b.l1, a.l3, b.l0, a.l4, b4)
+        var r4 = Wide(a.l0, b.l4, a.l1, b.l3, a.l2, b.l2, a.l3, b.l1, a.l4, b.l0)
         return reduce(&r0, &r1, &r2, &r3, &r4)
     }
 
@@ -146,21 +126,11 @@ struct FieldElement: Equatable {
         let a3x38 = l3 &* 38
         let a3x19 = l3 &* 19
         let a4x19 = l4 &* 19
-        var r0 = Wide(l0, l0)
-        r0.add(a1x38, l4)
-        r0.add(a2x38, l3)
-        var r1 = Wide(a0x2, l1)
-        r1.add(a2x38, l4)
-        r1.add(a3x19, l3)
-        var r2 = Wide(a0x2, l2)
-        r2.add(l1, l1)
-        r2.add(a3x38, l4)
-        var r3 = Wide(a0x2, l3)
-        r3.add(a1x2, l2)
-        r3.add(a4x19, l4)
-        var r4 = Wide(a0x2, l4)
-        r4.add(a1x2, l3)
-        r4.add(l2, l2)
+        var r0 = Wide(l0, l0, a1x38, l4, a2x38, l3)
+        var r1 = Wide(a0x2, l1, a2x38, l4, a3x19, l3)
+        var r2 = Wide(a0x2, l2, l1, l1, a3x38, l4)
+        var r3 = Wide(a0x2, l3, a1x2, l2, a4x19, l4)
+        var r4 = Wide(a0x2, l4, a1x2, l3, l2, l2)
         return Self.reduce(&r0, &r1, &r2, &r3, &r4)
     }
 
@@ -208,6 +178,25 @@ struct FieldElement: Equatable {
 
         @_transparent
         init(_ a: UInt64, _ b: UInt64) { (high, low) = a.multipliedFullWidth(by: b) }
+
+        /// a0·b0 + a1·b1 + a2·b2: one limb of a square.
+        @_transparent
+        init(_ a0: UInt64, _ b0: UInt64, _ a1: UInt64, _ b1: UInt64, _ a2: UInt64, _ b2: UInt64) {
+            self.init(a0, b0)
+            add(a1, b1)
+            add(a2, b2)
+        }
+
+        /// Five products summed: one limb of a product.
+        @_transparent
+        init(
+            _ a0: UInt64, _ b0: UInt64, _ a1: UInt64, _ b1: UInt64, _ a2: UInt64, _ b2: UInt64, _ a3: UInt64,
+            _ b3: UInt64, _ a4: UInt64, _ b4: UInt64
+        ) {
+            self.init(a0, b0, a1, b1, a2, b2)
+            add(a3, b3)
+            add(a4, b4)
+        }
 
         @_transparent
         mutating func add(_ a: UInt64, _ b: UInt64) {

@@ -84,36 +84,32 @@ struct PostgresLiveFeed: Sendable {
             if followed[topic] == nil { followed[topic] = await services.hub.subscriberCount(topic: topic) > 0 }
             if followed[topic] == true { stored.append(AnnouncedEnvelope(topic: topic, seq: seq)) }
         }
-        guard !stored.isEmpty else { return }
+        await deliver(stored)
+    }
+
+    /// Reads the announced envelopes still stored, all in one query, and
+    /// hands them to this node's hub.
+    private func deliver(_ announced: [AnnouncedEnvelope]) async {
+        guard !announced.isEmpty else { return }
         do {
-            let items = try await store.announcedEnvelopes(stored, nowMilliseconds: services.clock.nowMilliseconds)
+            let items = try await store.announcedEnvelopes(announced, nowMilliseconds: services.clock.nowMilliseconds)
             await services.hub.deliver(items: items)
         } catch {
             services.logger.error(
                 "reading envelopes other nodes stored failed",
-                metadata: ["envelopes": "\(stored.count)", "error": "\(error)"])
-        }
-    }
-
-    private func deliver(topic: String, after: UInt64) async {
-        do {
-            let page = try await services.store.fetch(
-                topic: topic, after: after, limit: 1, maxBytes: 0, nowMilliseconds: services.clock.nowMilliseconds)
-            await services.hub.deliver(
-                items: page.envelopes.map { TopicHub.Item(envelope: $0, retiredKey: page.retiredKeys[$0.seq]) })
-        } catch {
-            services.logger.error(
-                "reading an envelope another node stored failed", metadata: ["topic": "\(topic)", "error": "\(error)"])
+                metadata: ["envelopes": "\(announced.count)", "error": "\(error)"])
         }
     }
 
     /// Offers each followed topic's newest envelope: a subscription behind
     /// it reads up from the store.
     private func nudgeFollowedTopics() async {
+        var newest: [AnnouncedEnvelope] = []
         for topic in await services.hub.followedTopics() {
             guard let head = try? await services.store.headSeq(topic: topic), head > 0 else { continue }
-            await deliver(topic: topic, after: head - 1)
+            newest.append(AnnouncedEnvelope(topic: topic, seq: head))
         }
+        await deliver(newest)
     }
 }
 
