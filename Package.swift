@@ -145,11 +145,20 @@ let package = Package(
             ],
             swiftSettings: strictImports
         ),
+        // A load generator on plain sockets for the relay bench (and its tests).
+        .target(
+            name: "RallyWireLoad",
+            dependencies: [
+                "RallyWire", "RallyCrypto",
+                .product(name: "Crypto", package: "swift-crypto"),
+            ],
+            swiftSettings: strictImports
+        ),
         // Benchmarks that print measurements; see the README.
         .executableTarget(
             name: "rally-bench",
             dependencies: [
-                "RallyCore", "RallyRelay", "RallyCrypto", "RallyWire",
+                "RallyCore", "RallyRelay", "RallyCrypto", "RallyWire", "RallyWireLoad",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
@@ -195,7 +204,7 @@ let package = Package(
         .testTarget(
             name: "RallyRelayTests",
             dependencies: [
-                "RallyRelay", "RallyWire", "RallyCrypto", "RallyTestSupport",
+                "RallyRelay", "RallyWire", "RallyCrypto", "RallyTestSupport", "RallyWireLoad",
                 .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
             ],
             swiftSettings: strictImports

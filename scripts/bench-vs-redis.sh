@@ -9,6 +9,10 @@
 #         a publish is acknowledged only after the relay's durable commit
 #         (fsync), and each message is delivered to a subscriber. msg/s is
 #         deliveries per second of wall time; latency is publish -> delivery.
+#         The load comes from rally-bench's plain-socket generator (one
+#         thread, frames encoded before the timed part), as redis-benchmark
+#         loads Redis; a second run loads it through RallyCore's
+#         RelayConnection (`--load sdk`), as an app would.
 # Rally on PostgreSQL: the same bench with `--postgres` on a private cluster
 #         this script starts (scripts/lib/private-postgres.sh; fsync on,
 #         synchronous_commit on), with 1 node and with 3 nodes (each client
@@ -245,6 +249,8 @@ rally_run() {
 # script (errexit, inherit_errexit).
 rows=$(rally_run)
 mapfile -t rally_rows <<<"$rows"
+rows=$(rally_run --load sdk)
+mapfile -t sdk_rows <<<"$rows"
 declare -a pg1_rows=() pg3_rows=()
 if [ "$with_postgres" = 1 ]; then
   start_private_postgres || die "could not start PostgreSQL (use --no-postgres to leave it out)"
@@ -310,6 +316,7 @@ format='%7s | %11s | %12s | %12s | %12s | %12s | %12s | %11s\n'
 # shellcheck disable=SC2059  # the format is the constant above
 printf "$format" clients "Rally msg/s" "Rally p50 ms" "Rally p99 ms" "Redis XADD/s" "Redis p50 ms" "Redis p99 ms" "Rally/Redis"
 pg_table=""
+sdk_table=""
 for i in "${!counts[@]}"; do
   count=${counts[$i]}
   read -r r_clients r_delivered r_rate r_p50 r_p99 <<<"${rally_rows[$i]}"
@@ -328,6 +335,16 @@ for i in "${!counts[@]}"; do
       printf f, c, sprintf("%.0f", rr), sprintf("%.2f", r50), sprintf("%.2f", r99),
         sprintf("%.0f", xr), sprintf("%.2f", x50), sprintf("%.2f", x99), ratio
     }'
+  read -r s_clients s_delivered s_rate s_p50 s_p99 <<<"${sdk_rows[$i]}"
+  [ "$s_clients" = "$count" ] && [ "$s_delivered" = "$((count * messages))" ] ||
+    die "rally-bench --load sdk row $((i + 1)): $s_clients clients, $s_delivered delivered"
+  for value in "$s_rate" "$s_p50" "$s_p99"; do
+    is_number "$value" || die "non-numeric SDK-load result '$value' for $count clients"
+  done
+  sdk_table+=$(awk -v c="$count" -v a="$s_rate" -v b="$s_p50" -v d="$s_p99" -v xr="$x_rate" 'BEGIN {
+    printf "%7s | %11s | %12s | %12s | %11s\n", c, sprintf("%.0f", a), sprintf("%.2f", b), sprintf("%.2f", d),
+      (xr > 0) ? sprintf("%.2f", a / xr) : "n/a"
+  }')$'\n'
   if [ "$with_postgres" = 1 ]; then
     read -r p1_clients p1_delivered p1_rate p1_p50 p1_p99 <<<"${pg1_rows[$i]}"
     read -r p3_clients p3_delivered p3_rate p3_p50 p3_p99 <<<"${pg3_rows[$i]}"
@@ -344,6 +361,10 @@ for i in "${!counts[@]}"; do
     }')$'\n'
   fi
 done
+echo
+echo "Rally loaded through RallyCore's RelayConnection (--load sdk; its clients share the machine's cores):"
+printf '%7s | %11s | %12s | %12s | %11s\n' clients "Rally msg/s" "Rally p50 ms" "Rally p99 ms" "Rally/Redis"
+printf '%s' "$sdk_table"
 if [ "$with_postgres" = 1 ]; then
   echo
   echo "Rally on PostgreSQL (private cluster, fsync on), same clients, messages and payload:"
@@ -359,6 +380,9 @@ What each side measures (not the same work; read the ratio with this in mind):
          per second of wall time; p50/p99 = publish -> subscriber receipt. Each client uses
          two WebSocket connections (publisher + subscriber) and sends a topic access proof
          per publish; the bench's payloads are opaque bytes (it does not encrypt them).
+         The first table's load comes from one thread on plain sockets with every frame
+         encoded beforehand (as redis-benchmark prepares its commands); the second's from
+         RallyCore's RelayConnection, which costs the shared cores about 3x more per message.
   Redis: XADD acknowledged after fsync (appendonly yes, appendfsync always); no delivery to
          any reader. XADD/s = redis-benchmark requests per second; p50/p99 = request -> reply.
          One connection per client, pipelining 1.

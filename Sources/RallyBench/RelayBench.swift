@@ -4,6 +4,7 @@ import Logging
 import RallyCore
 import RallyCrypto
 import RallyWire
+import RallyWireLoad
 
 /// `rally-bench relay`: publish→deliver throughput and latency on loopback
 /// against a relay running as its own process (so its memory is its own),
@@ -27,6 +28,15 @@ struct RelayBench: AsyncParsableCommand {
             "Subscriber connections per topic: with more than one, each message is delivered that many times (a group's fan-out), and deliveries/s counts every delivery."
     )
     var subscribers = 1
+    @Option(
+        help:
+            "What generates the load: wire (plain sockets from one thread, every frame encoded before the timed part, as redis-benchmark loads Redis) or sdk (RallyCore's RelayConnection, as an app publishes and subscribes)."
+    )
+    var load: LoadKind = .wire
+
+    enum LoadKind: String, ExpressibleByArgument, CaseIterable {
+        case wire, sdk
+    }
 
     func run() async throws {
         let counts = clients.split(separator: ",").compactMap { Int($0.trimmingCharacters(in: .whitespaces)) }
@@ -48,11 +58,18 @@ struct RelayBench: AsyncParsableCommand {
                     + (postgres == nil
                         ? "SQLite WAL synchronous=FULL" : "PostgreSQL (\(nodes) node\(nodes == 1 ? "" : "s"))"))
         }
+        Output.write(
+            load == .wire
+                ? "load: plain sockets from one thread, frames encoded beforehand (--load sdk: RallyCore's RelayConnection)"
+                : "load: RallyCore's RelayConnection, one per connection (--load wire: plain sockets from one thread)")
         if subscribers > 1 { Output.write("each topic has \(subscribers) subscribers; latencies are per delivery") }
         Output.write(
             "clients  messages  seconds  deliveries/s  p50 ms  p99 ms  max ms  relay CPU µs/msg  clients CPU µs/msg")
         for count in counts {
-            let result = try await measure(clients: count, relayURLs: urls, relayPIDs: relays.map(\.pid))
+            let result =
+                load == .wire
+                ? try await measureWire(clients: count, relayURLs: urls, relayPIDs: relays.map(\.pid))
+                : try await measure(clients: count, relayURLs: urls, relayPIDs: relays.map(\.pid))
             let published = Double(count * messages)
             Output.write(
                 String(
@@ -79,6 +96,30 @@ struct RelayBench: AsyncParsableCommand {
 
         /// `latenciesMs` is sorted.
         func percentile(_ p: Double) -> Double { ReconnectBench.percentile(latenciesMs, p) }
+    }
+
+    /// The same measurement with ``WireLoad``, on a thread of its own (its
+    /// socket calls block).
+    private func measureWire(clients count: Int, relayURLs: [URL], relayPIDs: [Int32]) async throws -> Result {
+        let plan = WireLoadPlan(
+            relayPorts: relayURLs.compactMap(\.port), clients: count, messagesPerClient: messages,
+            payloadBytes: payload, subscribersPerTopic: subscribers)
+        return try await withCheckedThrowingContinuation { continuation in
+            Thread.detachNewThread {
+                continuation.resume(
+                    with: Swift.Result { () throws -> Result in
+                        let load = try WireLoad(plan)
+                        let relayCPU = { relayPIDs.reduce(0.0) { $0 + (ProcessCPU.milliseconds(pid: $1) ?? 0) } }
+                        let before = (relay: relayCPU(), clients: ProcessCPU.milliseconds() ?? 0)
+                        let outcome = try load.run()
+                        let after = (relay: relayCPU(), clients: ProcessCPU.milliseconds() ?? 0)
+                        return Result(
+                            delivered: outcome.delivered, seconds: outcome.seconds, latenciesMs: outcome.latenciesMs,
+                            relayCPUMilliseconds: after.relay - before.relay,
+                            clientCPUMilliseconds: after.clients - before.clients)
+                    })
+            }
+        }
     }
 
     private func measure(clients count: Int, relayURLs: [URL], relayPIDs: [Int32]) async throws -> Result {

@@ -1,0 +1,312 @@
+import Foundation
+import RallyCrypto
+import RallyWire
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// What a load run does: `clients` publishers, each publishing
+/// `messagesPerClient` messages of `payloadBytes` to a capability topic of
+/// its own, one at a time (the next when the last is acknowledged), and
+/// `subscribersPerTopic` connections per topic receiving them. With several
+/// relays (nodes sharing a store), client `i` subscribes on node `i` and
+/// publishes on node `i + 1`, so every message crosses nodes.
+public struct WireLoadPlan: Sendable {
+    public var relayPorts: [Int]
+    public var clients: Int
+    public var messagesPerClient: Int
+    public var payloadBytes: Int
+    public var subscribersPerTopic: Int
+
+    public init(
+        relayPorts: [Int], clients: Int, messagesPerClient: Int, payloadBytes: Int, subscribersPerTopic: Int = 1
+    ) {
+        self.relayPorts = relayPorts
+        self.clients = clients
+        self.messagesPerClient = messagesPerClient
+        self.payloadBytes = payloadBytes
+        self.subscribersPerTopic = subscribersPerTopic
+    }
+
+    /// The first 8 payload bytes carry the send time.
+    public static let minimumPayloadBytes = 8
+}
+
+public struct WireLoadResult: Sendable {
+    public var acknowledged = 0
+    public var delivered = 0
+    public var seconds = 0.0
+    /// Publish → delivery, one per delivery, sorted.
+    public var latenciesMs: [Double] = []
+}
+
+/// A load generator that speaks the relay's protocol on plain sockets from
+/// one thread, the way `redis-benchmark` loads Redis: every connection is
+/// opened and authenticated and every publish frame encoded before the
+/// timed part, which then only stamps, masks, writes and reads. What the
+/// relay does is the same as for any client (its proofs, its commits, its
+/// deliveries); what it costs the machine to generate the load is
+/// several times less than a client SDK's, so on a small machine more of
+/// it is left to the relay.
+///
+/// Blocking: run it on a thread of its own, not on a Swift concurrency
+/// executor.
+public final class WireLoad {
+    private struct Publisher {
+        let socket: LoadSocket
+        /// Each message's client frame, encoded, unmasked.
+        let frames: [[UInt8]]
+        /// Where the send time goes in each frame.
+        let stampOffsets: [Int]
+        let firstRequestID: UInt64
+        var sent = 0
+        var acknowledged = 0
+    }
+
+    private struct Subscriber {
+        let socket: LoadSocket
+        var received = 0
+    }
+
+    private let plan: WireLoadPlan
+    private var publishers: [Publisher] = []
+    private var subscribers: [Subscriber] = []
+    private var outgoing: [UInt8] = []
+    private var maskState: UInt64 = UInt64.random(in: 1 ... .max)
+
+    /// How long the run waits for any frame before it gives up.
+    public static let stallSeconds = 30
+
+    /// Opens, authenticates and subscribes every connection and encodes
+    /// every publish.
+    public init(_ plan: WireLoadPlan) throws(WireLoadError) {
+        precondition(!plan.relayPorts.isEmpty && plan.payloadBytes >= WireLoadPlan.minimumPayloadBytes)
+        self.plan = plan
+        for index in 0..<plan.clients {
+            let identity = Identity(displayName: "load-\(index)")
+            let access: TopicAccess
+            do { access = try TopicAccess(secret: TopicAccess.newSecret()) } catch {
+                throw .unexpected("topic access: \(error)")
+            }
+            let topic = "bench/\(access.foundedTopicID)"
+            for _ in 0..<plan.subscribersPerTopic {
+                let port = plan.relayPorts[index % plan.relayPorts.count]
+                let (socket, nonce) = try Self.connect(port: port, identity: identity)
+                var frame = WireClientFrame()
+                frame.requestID = 2
+                frame.subscribe.topic = topic
+                frame.subscribe.afterSeq = 0
+                frame.subscribe.proof = access.connectionProof(
+                    origin: Self.origin(port: port), challengeNonce: nonce, topic: topic)
+                try send(frame, on: socket)
+                let reply = try Self.reply(on: socket, what: "subscribed")
+                guard case .subscribed? = reply.body else {
+                    throw .unexpected("\(reply.body.map { "\($0)" } ?? "none") instead of subscribed")
+                }
+                subscribers.append(Subscriber(socket: socket))
+            }
+            let port = plan.relayPorts[(index + 1) % plan.relayPorts.count]
+            let (socket, nonce) = try Self.connect(port: port, identity: identity)
+            let proof = access.connectionProof(origin: Self.origin(port: port), challengeNonce: nonce, topic: topic)
+            publishers.append(try Self.encodedPublishes(plan, socket: socket, topic: topic, proof: proof))
+        }
+    }
+
+    private static func origin(port: Int) -> String {
+        RelayOrigin.of(URL(string: "http://127.0.0.1:\(port)")!) ?? ""
+    }
+
+    private static func connect(port: Int, identity: Identity) throws(WireLoadError) -> (LoadSocket, Data) {
+        let socket = try LoadSocket.open(port: port, path: "/v1/ws")
+        let challenge = try reply(on: socket, what: "the challenge")
+        guard case .challenge(let body)? = challenge.body else { throw .unexpected("no challenge first") }
+        var frame = WireClientFrame()
+        frame.requestID = 1
+        frame.authenticate = identity.authenticate(challengeNonce: body.nonce, origin: origin(port: port))
+        var encoded: [UInt8] = []
+        ClientFrameEncoder.appendFrame(Array(FrameCodec.encode(frame)), mask: 0x5A5A_A5A5, to: &encoded)
+        try socket.send(encoded)
+        let reply = try reply(on: socket, what: "authenticated")
+        guard case .authenticated? = reply.body else { throw .unexpected("no authenticated reply") }
+        return (socket, body.nonce)
+    }
+
+    private static func reply(on socket: LoadSocket, what: String) throws(WireLoadError) -> WireServerFrame {
+        while true {
+            let frame = try socket.nextFrame(what: what)
+            guard let decoded = try decode(frame) else { continue }
+            return decoded
+        }
+    }
+
+    /// A binary frame decoded; nil for a ping or pong. An error frame or a
+    /// close ends the run.
+    private static func decode(_ frame: ServerFrame) throws(WireLoadError) -> WireServerFrame? {
+        switch frame.kind {
+        case .binary:
+            let decoded: WireServerFrame
+            do { decoded = try FrameCodec.decodeServerFrame(Data(frame.payload)) } catch {
+                throw .unexpected("an undecodable server frame: \(error)")
+            }
+            if case .error(let error)? = decoded.body {
+                throw .refused(code: error.code.name, message: error.message)
+            }
+            return decoded
+        case .close(let code): throw .closedByRelay(code: code)
+        case .text: throw .unexpected("a text message")
+        case .ping, .pong: return nil
+        }
+    }
+
+    private func send(_ frame: WireClientFrame, on socket: LoadSocket) throws(WireLoadError) {
+        var encoded: [UInt8] = []
+        ClientFrameEncoder.appendFrame(Array(FrameCodec.encode(frame)), mask: nextMask(), to: &encoded)
+        try socket.send(encoded)
+    }
+
+    private static func encodedPublishes(
+        _ plan: WireLoadPlan, socket: LoadSocket, topic: String, proof: WireTopicProof
+    ) throws(WireLoadError) -> Publisher {
+        // A marker no random key or proof is likely to contain finds where
+        // the payload landed in the encoded frame.
+        let marker = (0..<WireLoadPlan.minimumPayloadBytes).map { _ in UInt8.random(in: .min ... .max) }
+        var payload = Data(count: plan.payloadBytes)
+        payload.replaceSubrange(0..<marker.count, with: marker)
+        var frames: [[UInt8]] = []
+        var offsets: [Int] = []
+        frames.reserveCapacity(plan.messagesPerClient)
+        let firstRequestID: UInt64 = 2
+        for index in 0..<plan.messagesPerClient {
+            var frame = WireClientFrame()
+            frame.requestID = firstRequestID + UInt64(index)
+            frame.publish.topic = topic
+            frame.publish.payload = payload
+            frame.publish.idempotencyKey = MessageSealing.newMessageID()
+            frame.publish.proof = proof
+            let bytes = Array(FrameCodec.encode(frame))
+            guard let range = bytes.firstRange(of: marker) else { throw .unexpected("payload not found in its frame") }
+            frames.append(bytes)
+            offsets.append(range.lowerBound)
+        }
+        return Publisher(socket: socket, frames: frames, stampOffsets: offsets, firstRequestID: firstRequestID)
+    }
+
+    /// xorshift64: a fresh mask per frame, as RFC 6455 asks, without a
+    /// system call.
+    private func nextMask() -> UInt32 {
+        maskState ^= maskState << 13
+        maskState ^= maskState >> 7
+        maskState ^= maskState << 17
+        return UInt32(truncatingIfNeeded: maskState)
+    }
+
+    /// Sends `publisher`'s next message, stamped now.
+    private func sendNext(_ index: Int) throws(WireLoadError) {
+        let sequence = publishers[index].sent
+        let frame = publishers[index].frames[sequence]
+        let stampOffset = publishers[index].stampOffsets[sequence]
+        let mask = nextMask()
+        outgoing.removeAll(keepingCapacity: true)
+        ClientFrameEncoder.appendHeader(length: frame.count, mask: mask, to: &outgoing)
+        let payloadStart = outgoing.count
+        outgoing.append(contentsOf: frame)
+        var stamp = DispatchTime.now().uptimeNanoseconds
+        withUnsafeBytes(of: &stamp) { bytes in
+            for index in 0..<bytes.count { outgoing[payloadStart + stampOffset + index] = bytes[index] }
+        }
+        let key = ClientFrameEncoder.maskBytes(mask)
+        outgoing.withUnsafeMutableBufferPointer { buffer in
+            for index in payloadStart..<buffer.count { buffer[index] ^= key[(index - payloadStart) & 3] }
+        }
+        try publishers[index].socket.send(outgoing)
+        publishers[index].sent += 1
+    }
+
+    /// The timed part: every publisher publishes its messages, one at a
+    /// time, until every message is acknowledged and delivered.
+    public func run() throws(WireLoadError) -> WireLoadResult {
+        // poll(2), not epoll: Glibc's module does not export epoll, and a
+        // few hundred descriptors cost poll little next to what it returns.
+        var watched: [pollfd] = []
+        for publisher in publishers {
+            watched.append(pollfd(fd: publisher.socket.fd, events: Int16(POLLIN), revents: 0))
+        }
+        for subscriber in subscribers {
+            watched.append(pollfd(fd: subscriber.socket.fd, events: Int16(POLLIN), revents: 0))
+        }
+        let perClient = plan.messagesPerClient
+        let expectedDeliveries = perClient * subscribers.count
+        var result = WireLoadResult()
+        result.latenciesMs.reserveCapacity(expectedDeliveries)
+        let start = DispatchTime.now().uptimeNanoseconds
+        for index in publishers.indices where perClient > 0 { try sendNext(index) }
+        while result.acknowledged < perClient * publishers.count || result.delivered < expectedDeliveries {
+            let ready = watched.withUnsafeMutableBufferPointer {
+                poll($0.baseAddress, nfds_t($0.count), Int32(Self.stallSeconds * 1000))
+            }
+            if ready < 0 {
+                guard errno == EINTR else { throw .socket("poll", errno: errno) }
+                continue
+            }
+            guard ready > 0 else {
+                throw .stalled(
+                    seconds: Self.stallSeconds,
+                    detail:
+                        "\(result.acknowledged) of \(perClient * publishers.count) acknowledged, \(result.delivered) of \(expectedDeliveries) delivered"
+                )
+            }
+            for slot in watched.indices where watched[slot].revents != 0 {
+                watched[slot].revents = 0
+                if slot < publishers.count {
+                    try receiveAcks(slot, into: &result)
+                } else {
+                    try receiveDeliveries(slot - publishers.count, into: &result)
+                }
+            }
+        }
+        result.seconds = Double(DispatchTime.now().uptimeNanoseconds - start) / 1_000_000_000
+        result.latenciesMs.sort()
+        return result
+    }
+
+    private func receiveAcks(_ index: Int, into result: inout WireLoadResult) throws(WireLoadError) {
+        guard try publishers[index].socket.readAvailable() else { throw .closedByRelay(code: nil) }
+        while let frame = try publishers[index].socket.frameOrNil() {
+            try answerPing(frame, on: publishers[index].socket)
+            guard let reply = try Self.decode(frame) else { continue }
+            let expected = publishers[index].firstRequestID + UInt64(publishers[index].acknowledged)
+            guard case .publishAck? = reply.body, reply.requestID == expected else {
+                throw .unexpected(
+                    "request \(reply.requestID) answered with \(reply.body.map { "\($0)" } ?? "nothing"), expected the ack of \(expected)"
+                )
+            }
+            publishers[index].acknowledged += 1
+            result.acknowledged += 1
+            if publishers[index].sent < plan.messagesPerClient { try sendNext(index) }
+        }
+    }
+
+    private func receiveDeliveries(_ index: Int, into result: inout WireLoadResult) throws(WireLoadError) {
+        guard try subscribers[index].socket.readAvailable() else { throw .closedByRelay(code: nil) }
+        while let frame = try subscribers[index].socket.frameOrNil() {
+            try answerPing(frame, on: subscribers[index].socket)
+            guard let reply = try Self.decode(frame) else { continue }
+            guard case .envelope(let envelope)? = reply.body, envelope.payload.count >= 8 else {
+                throw .unexpected("\(reply.body.map { "\($0)" } ?? "nothing") on a subscription")
+            }
+            let now = DispatchTime.now().uptimeNanoseconds
+            let sentAt = envelope.payload.prefix(8).withUnsafeBytes { $0.loadUnaligned(as: UInt64.self) }
+            result.latenciesMs.append(Double(now &- sentAt) / 1_000_000)
+            subscribers[index].received += 1
+            result.delivered += 1
+        }
+    }
+
+    private func answerPing(_ frame: ServerFrame, on socket: LoadSocket) throws(WireLoadError) {
+        guard frame.kind == .ping else { return }
+        var pong: [UInt8] = []
+        ClientFrameEncoder.appendFrame(frame.payload, mask: nextMask(), opcode: 0xA, to: &pong)
+        try socket.send(pong)
+    }
+}
