@@ -3,6 +3,8 @@ import Foundation
 
 #if canImport(Glibc)
     import Glibc
+#elseif canImport(Darwin)
+    import Darwin
 #endif
 
 /// Why a load run stopped.
@@ -47,23 +49,18 @@ final class LoadSocket {
 
     private init(fd: Int32) { self.fd = fd }
 
-    deinit { Glibc.close(fd) }
+    deinit { close(fd) }
 
     /// Connects to `127.0.0.1:port` and upgrades `path` to a WebSocket.
     static func open(port: Int, path: String) throws(WireLoadError) -> LoadSocket {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { throw .socket("socket", errno: errno) }
-        let socket = LoadSocket(fd: fd)
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = in_port_t(UInt16(port).bigEndian)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
-            }
+        let fd: Int32
+        switch LoopbackTCP.connect(port: port) {
+        case .success(let connected): fd = connected
+        case .failure(let failure) where failure.call == "connect":
+            throw .connectFailed(port: port, errno: failure.errno)
+        case .failure(let failure): throw .socket(failure.call, errno: failure.errno)
         }
-        guard connected == 0 else { throw .connectFailed(port: port, errno: errno) }
+        let socket = LoadSocket(fd: fd)
         // Like any latency-minded client: a small frame goes out at once.
         var one: Int32 = 1
         setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
@@ -103,6 +100,12 @@ final class LoadSocket {
         }
     }
 
+    #if canImport(Glibc)
+        private static let systemWrite = Glibc.write
+    #else
+        private static let systemWrite = Darwin.write
+    #endif
+
     private static let webSocketGUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
     /// Writes all of `bytes`, waiting while the socket's buffer is full.
@@ -110,7 +113,7 @@ final class LoadSocket {
         let failure: Int32? = bytes.withUnsafeBytes { buffer in
             var offset = 0
             while offset < buffer.count {
-                let written = Glibc.write(fd, buffer.baseAddress! + offset, buffer.count - offset)
+                let written = Self.systemWrite(fd, buffer.baseAddress! + offset, buffer.count - offset)
                 if written > 0 {
                     offset += written
                 } else if written < 0, errno == EAGAIN || errno == EINTR {

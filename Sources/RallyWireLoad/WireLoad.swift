@@ -4,6 +4,8 @@ import RallyWire
 
 #if canImport(Glibc)
     import Glibc
+#elseif canImport(Darwin)
+    import Darwin
 #endif
 
 /// What a load run does: `clients` publishers, each publishing
@@ -226,8 +228,8 @@ public final class WireLoad {
     /// The timed part: every publisher publishes its messages, one at a
     /// time, until every message is acknowledged and delivered.
     public func run() throws(WireLoadError) -> WireLoadResult {
-        // poll(2), not epoll: Glibc's module does not export epoll, and a
-        // few hundred descriptors cost poll little next to what it returns.
+        // poll(2): on Linux and macOS alike, and a few hundred descriptors
+        // cost it little next to what it returns.
         var watched: [pollfd] = []
         for publisher in publishers {
             watched.append(pollfd(fd: publisher.socket.fd, events: Int16(POLLIN), revents: 0))

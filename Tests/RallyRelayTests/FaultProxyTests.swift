@@ -3,6 +3,7 @@ import Foundation
 import RallyCrypto
 import RallyTestSupport
 import RallyWire
+import RallyWireLoad
 import Testing
 
 #if canImport(FoundationNetworking)
@@ -386,25 +387,12 @@ private enum RawHTTP {
     }
 
     private static func exchangeBlocking(port: Int, _ request: String) throws -> String {
-        #if canImport(Glibc)
-            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        #else
-            let fd = socket(AF_INET, SOCK_STREAM, 0)
-        #endif
-        guard fd >= 0 else { throw POSIXError(.EIO) }
-        defer { close(fd) }
-        var timeout = timeval(tv_sec: 20, tv_usec: 0)
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = in_port_t(UInt16(port).bigEndian)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
-            }
+        let fd: Int32
+        switch LoopbackTCP.connect(port: port, receiveTimeoutSeconds: 20) {
+        case .success(let connected): fd = connected
+        case .failure(let failure): throw POSIXError(POSIXErrorCode(rawValue: failure.errno) ?? .EIO)
         }
-        guard connected == 0 else { throw POSIXError(.ECONNREFUSED) }
+        defer { close(fd) }
         let bytes = Array(request.utf8)
         var offset = 0
         while offset < bytes.count {
@@ -532,19 +520,10 @@ private enum RawTCP {
 
     /// Connects to `port` on 127.0.0.1, with a 120 s receive timeout.
     static func connect(port: Int) throws -> Int32 {
-        let fd = try makeSocket()
-        setReceiveTimeout(fd)
-        var address = loopback(port: port)
-        let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                connectSocket(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
-            }
+        switch LoopbackTCP.connect(port: port, receiveTimeoutSeconds: 120) {
+        case .success(let fd): return fd
+        case .failure(let failure): throw POSIXError(POSIXErrorCode(rawValue: failure.errno) ?? .EIO)
         }
-        guard connected == 0 else {
-            closeSocket(fd)
-            throw POSIXError(.ECONNREFUSED)
-        }
-        return fd
     }
 
     static func sendAll(_ fd: Int32, _ bytes: [UInt8], progress: SendProgress? = nil) throws {
@@ -579,14 +558,5 @@ private func closeSocket(_ fd: Int32) {
         _ = Glibc.close(fd)
     #else
         _ = Darwin.close(fd)
-    #endif
-}
-
-/// `connect(2)`, for scopes where a member named `connect` hides it.
-private func connectSocket(_ fd: Int32, _ address: UnsafePointer<sockaddr>, _ length: socklen_t) -> Int32 {
-    #if canImport(Glibc)
-        Glibc.connect(fd, address, length)
-    #else
-        Darwin.connect(fd, address, length)
     #endif
 }

@@ -1,5 +1,6 @@
 import Dispatch
 import Foundation
+import RallyWireLoad
 
 #if canImport(Glibc)
     import Glibc
@@ -37,30 +38,9 @@ final class RawWebSocket: @unchecked Sendable {
     }
 
     private init(port: Int, receiveBufferBytes: Int32?) throws {
-        #if canImport(Glibc)
-            fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        #else
-            fd = socket(AF_INET, SOCK_STREAM, 0)
-        #endif
-        guard fd >= 0 else { throw POSIXError(.EIO) }
-        if var bytes = receiveBufferBytes {
-            // Before connect, so the window the peer sees is this small.
-            setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, socklen_t(MemoryLayout<Int32>.size))
-        }
-        var timeout = timeval(tv_sec: 20, tv_usec: 0)
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = in_port_t(UInt16(port).bigEndian)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let result = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
-            }
-        }
-        guard result == 0 else {
-            close(fd)
-            throw POSIXError(.ECONNREFUSED)
+        switch LoopbackTCP.connect(port: port, receiveBufferBytes: receiveBufferBytes, receiveTimeoutSeconds: 20) {
+        case .success(let connected): fd = connected
+        case .failure(let failure): throw POSIXError(POSIXErrorCode(rawValue: failure.errno) ?? .EIO)
         }
     }
 
