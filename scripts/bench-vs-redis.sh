@@ -226,18 +226,19 @@ note "redis-server $redis_version: pid $redis_pid on 127.0.0.1:$redis_port, dir 
 # --- Rally -------------------------------------------------------------------
 
 # One rally-bench relay run (extra arguments: where it keeps envelopes);
-# prints its rows "clients delivered rate p50 p99", in the order of --clients.
+# prints its rows "clients delivered rate p50 p99 ack_p50 ack_p99", in the
+# order of --clients.
 rally_run() {
   local out rows
   note "running: $rally_bench relay --clients $clients --messages $messages --payload $payload $*"
   out=$("$rally_bench" relay --clients "$clients" --messages "$messages" --payload "$payload" "$@") ||
     die "rally-bench relay $* failed (exit $?)"
   sed 's/^/  rally-bench | /' <<<"$out" >&2
-  # Rows under the header "clients  messages  seconds  deliveries/s  p50 ms  p99 ms  max ms ..."
-  # (CPU columns follow; the table here takes the first seven).
+  # Rows under the header "clients  messages  seconds  deliveries/s  p50 ms  p99 ms  max ms
+  # ack p50 ms  ack p99 ms ..." (CPU columns follow).
   rows=$(awk '
-    /^clients +messages +seconds +deliveries\/s +p50 ms +p99 ms/ { table = 1; next }
-    table && NF >= 7 && $1 ~ /^[0-9]+$/ { print $1, $2, $4, $5, $6; next }
+    /^clients +messages +seconds +deliveries\/s +p50 ms +p99 ms +max ms +ack p50 ms +ack p99 ms/ { table = 1; next }
+    table && NF >= 9 && $1 ~ /^[0-9]+$/ { print $1, $2, $4, $5, $6, $8, $9; next }
     table { table = 0 }
   ' <<<"$out")
   [ "$(grep -c . <<<"$rows")" -eq ${#counts[@]} ] ||
@@ -312,30 +313,31 @@ stop_redis
 echo
 echo "Rally relay vs durable Redis $redis_version on this machine ($(nproc 2>/dev/null || echo '?') cores):" \
   "--clients $clients, $messages messages per client, $payload-byte payloads"
-format='%7s | %11s | %12s | %12s | %12s | %12s | %12s | %11s\n'
+format='%7s | %11s | %12s | %12s | %12s | %12s | %12s | %12s | %11s\n'
 # shellcheck disable=SC2059  # the format is the constant above
-printf "$format" clients "Rally msg/s" "Rally p50 ms" "Rally p99 ms" "Redis XADD/s" "Redis p50 ms" "Redis p99 ms" "Rally/Redis"
+printf "$format" clients "Rally msg/s" "Rally p50 ms" "Rally p99 ms" "Rally ack p50" "Redis XADD/s" "Redis p50 ms" \
+  "Redis p99 ms" "Rally/Redis"
 pg_table=""
 sdk_table=""
 for i in "${!counts[@]}"; do
   count=${counts[$i]}
-  read -r r_clients r_delivered r_rate r_p50 r_p99 <<<"${rally_rows[$i]}"
+  read -r r_clients r_delivered r_rate r_p50 r_p99 r_ack50 _ <<<"${rally_rows[$i]}"
   read -r x_rate x_p50 x_p99 <<<"${redis_rows[$i]}"
   [ "$r_clients" = "$count" ] || die "rally-bench row $((i + 1)) is for $r_clients clients, expected $count"
   [ "$r_delivered" = "$((count * messages))" ] ||
     die "rally-bench delivered $r_delivered messages for $count clients, expected $((count * messages))"
-  for value in "$r_rate" "$r_p50" "$r_p99" "$x_rate" "$x_p50" "$x_p99"; do
+  for value in "$r_rate" "$r_p50" "$r_p99" "$r_ack50" "$x_rate" "$x_p50" "$x_p99"; do
     # redis-benchmark's rps is requests / whole milliseconds: a run shorter
     # than 1 ms prints "inf".
     is_number "$value" || die "non-numeric result '$value' for $count clients (run too short? use more --messages)"
   done
-  awk -v f="$format" -v c="$count" -v rr="$r_rate" -v r50="$r_p50" -v r99="$r_p99" \
+  awk -v f="$format" -v c="$count" -v rr="$r_rate" -v r50="$r_p50" -v r99="$r_p99" -v ra50="$r_ack50" \
     -v xr="$x_rate" -v x50="$x_p50" -v x99="$x_p99" 'BEGIN {
       ratio = (xr > 0) ? sprintf("%.2f", rr / xr) : "n/a"
-      printf f, c, sprintf("%.0f", rr), sprintf("%.2f", r50), sprintf("%.2f", r99),
+      printf f, c, sprintf("%.0f", rr), sprintf("%.2f", r50), sprintf("%.2f", r99), sprintf("%.2f", ra50),
         sprintf("%.0f", xr), sprintf("%.2f", x50), sprintf("%.2f", x99), ratio
     }'
-  read -r s_clients s_delivered s_rate s_p50 s_p99 <<<"${sdk_rows[$i]}"
+  read -r s_clients s_delivered s_rate s_p50 s_p99 _ <<<"${sdk_rows[$i]}"
   [ "$s_clients" = "$count" ] && [ "$s_delivered" = "$((count * messages))" ] ||
     die "rally-bench --load sdk row $((i + 1)): $s_clients clients, $s_delivered delivered"
   for value in "$s_rate" "$s_p50" "$s_p99"; do
@@ -346,8 +348,8 @@ for i in "${!counts[@]}"; do
       (xr > 0) ? sprintf("%.2f", a / xr) : "n/a"
   }')$'\n'
   if [ "$with_postgres" = 1 ]; then
-    read -r p1_clients p1_delivered p1_rate p1_p50 p1_p99 <<<"${pg1_rows[$i]}"
-    read -r p3_clients p3_delivered p3_rate p3_p50 p3_p99 <<<"${pg3_rows[$i]}"
+    read -r p1_clients p1_delivered p1_rate _ p1_p99 _ <<<"${pg1_rows[$i]}"
+    read -r p3_clients p3_delivered p3_rate _ p3_p99 _ <<<"${pg3_rows[$i]}"
     for value in "$p1_rate" "$p1_p99" "$p3_rate" "$p3_p99"; do
       is_number "$value" || die "non-numeric PostgreSQL result '$value' for $count clients"
     done
@@ -377,7 +379,8 @@ cat <<EOF
 What each side measures (not the same work; read the ratio with this in mind):
   Rally: publish -> delivery to a subscriber through the relay; each publish acknowledged
          after the relay's SQLite commit (WAL, synchronous=FULL, fsync). msg/s = deliveries
-         per second of wall time; p50/p99 = publish -> subscriber receipt. Each client uses
+         per second of wall time; p50/p99 = publish -> subscriber receipt; ack p50 =
+         publish -> acknowledgement (what redis-benchmark times for XADD). Each client uses
          two WebSocket connections (publisher + subscriber) and sends a topic access proof
          per publish; the bench's payloads are opaque bytes (it does not encrypt them).
          The first table's load comes from one thread on plain sockets with every frame

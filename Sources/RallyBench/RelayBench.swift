@@ -64,7 +64,8 @@ struct RelayBench: AsyncParsableCommand {
                 : "load: RallyCore's RelayConnection, one per connection (--load wire: plain sockets from one thread)")
         if subscribers > 1 { Output.write("each topic has \(subscribers) subscribers; latencies are per delivery") }
         Output.write(
-            "clients  messages  seconds  deliveries/s  p50 ms  p99 ms  max ms  relay CPU µs/msg  clients CPU µs/msg")
+            "clients  messages  seconds  deliveries/s  p50 ms  p99 ms  max ms  ack p50 ms  ack p99 ms  relay CPU µs/msg  clients CPU µs/msg"
+        )
         for count in counts {
             let result =
                 load == .wire
@@ -73,13 +74,16 @@ struct RelayBench: AsyncParsableCommand {
             let published = Double(count * messages)
             Output.write(
                 String(
-                    format: "%7d  %8d  %7.2f  %12.0f  %6.2f  %6.2f  %6.2f  %16.1f  %18.1f", count, result.delivered,
-                    result.seconds, Double(result.delivered) / result.seconds, result.percentile(0.50),
-                    result.percentile(0.99), result.percentile(1.0), result.relayCPUMilliseconds * 1000 / published,
+                    format: "%7d  %8d  %7.2f  %12.0f  %6.2f  %6.2f  %6.2f  %10.2f  %10.2f  %16.1f  %18.1f", count,
+                    result.delivered, result.seconds, Double(result.delivered) / result.seconds,
+                    result.percentile(0.50), result.percentile(0.99), result.percentile(1.0),
+                    ReconnectBench.percentile(result.ackLatenciesMs, 0.50),
+                    ReconnectBench.percentile(result.ackLatenciesMs, 0.99),
+                    result.relayCPUMilliseconds * 1000 / published,
                     result.clientCPUMilliseconds * 1000 / published))
         }
         Output.write(
-            "(CPU per message published, during the timed part only: the relay processes', and this process's, whose clients publish and receive)"
+            "(p50/p99/max: publish → delivery to the subscriber; ack: publish → acknowledgement, as redis-benchmark times a command. CPU per message published, during the timed part only: the relay processes', and this process's, whose clients publish and receive)"
         )
         for relay in relays {
             Output.write(
@@ -91,6 +95,8 @@ struct RelayBench: AsyncParsableCommand {
         var delivered = 0
         var seconds = 0.0
         var latenciesMs: [Double] = []
+        /// Publish → acknowledgement, sorted.
+        var ackLatenciesMs: [Double] = []
         var relayCPUMilliseconds = 0.0
         var clientCPUMilliseconds = 0.0
 
@@ -115,6 +121,7 @@ struct RelayBench: AsyncParsableCommand {
                         let after = (relay: relayCPU(), clients: ProcessCPU.milliseconds() ?? 0)
                         return Result(
                             delivered: outcome.delivered, seconds: outcome.seconds, latenciesMs: outcome.latenciesMs,
+                            ackLatenciesMs: outcome.ackLatenciesMs,
                             relayCPUMilliseconds: after.relay - before.relay,
                             clientCPUMilliseconds: after.clients - before.clients)
                     })
@@ -149,7 +156,11 @@ struct RelayBench: AsyncParsableCommand {
         let relayCPU = { relayPIDs.reduce(0.0) { $0 + (ProcessCPU.milliseconds(pid: $1) ?? 0) } }
         let cpuBefore = (relay: relayCPU(), clients: ProcessCPU.milliseconds() ?? 0)
         let start = DispatchTime.now().uptimeNanoseconds
-        let latencies = try await withThrowingTaskGroup(of: [Double].self) { group in
+        // Each task returns its latencies: a subscriber's deliveries, or a
+        // publisher's acknowledgements.
+        let (latencies, ackLatencies) = try await withThrowingTaskGroup(
+            of: (deliveries: [Double], acks: [Double]).self
+        ) { group in
             for (readers, publisher, topic, access) in pairs {
                 for subscriber in readers {
                     let stream = await subscriber.subscribe(topic: topic, after: 0, access: access)
@@ -165,10 +176,12 @@ struct RelayBench: AsyncParsableCommand {
                             latencies.append(Double(now - sentAt) / 1_000_000)
                             if latencies.count == perClient { break }
                         }
-                        return latencies
+                        return (latencies, [])
                     }
                 }
                 group.addTask {
+                    var acks: [Double] = []
+                    acks.reserveCapacity(perClient)
                     for _ in 0..<perClient {
                         var body = Data(count: payloadSize)
                         let stamp = DispatchTime.now().uptimeNanoseconds
@@ -176,13 +189,18 @@ struct RelayBench: AsyncParsableCommand {
                         _ = try await publisher.publish(
                             topic: topic, payload: body, idempotencyKey: MessageSealing.newMessageID(),
                             access: access)
+                        acks.append(Double(DispatchTime.now().uptimeNanoseconds - stamp) / 1_000_000)
                     }
-                    return []
+                    return ([], acks)
                 }
             }
-            var all: [Double] = []
-            for try await part in group { all.append(contentsOf: part) }
-            return all
+            var deliveries: [Double] = []
+            var acks: [Double] = []
+            for try await part in group {
+                deliveries.append(contentsOf: part.deliveries)
+                acks.append(contentsOf: part.acks)
+            }
+            return (deliveries, acks)
         }
         let seconds = Double(DispatchTime.now().uptimeNanoseconds - start) / 1_000_000_000
         let cpuAfter = (relay: relayCPU(), clients: ProcessCPU.milliseconds() ?? 0)
@@ -192,7 +210,7 @@ struct RelayBench: AsyncParsableCommand {
         }
         return Result(
             delivered: latencies.count, seconds: seconds, latenciesMs: latencies.sorted(),
-            relayCPUMilliseconds: cpuAfter.relay - cpuBefore.relay,
+            ackLatenciesMs: ackLatencies.sorted(), relayCPUMilliseconds: cpuAfter.relay - cpuBefore.relay,
             clientCPUMilliseconds: cpuAfter.clients - cpuBefore.clients)
     }
 }

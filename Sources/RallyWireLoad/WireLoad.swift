@@ -41,6 +41,9 @@ public struct WireLoadResult: Sendable {
     public var seconds = 0.0
     /// Publish → delivery, one per delivery, sorted.
     public var latenciesMs: [Double] = []
+    /// Publish → acknowledgement, one per publish, sorted: what
+    /// `redis-benchmark` reports for a command (request → reply).
+    public var ackLatenciesMs: [Double] = []
 }
 
 /// A load generator that speaks the relay's protocol on plain sockets from
@@ -64,6 +67,8 @@ public final class WireLoad {
         let firstRequestID: UInt64
         var sent = 0
         var acknowledged = 0
+        /// When the publish waiting for its ack went out.
+        var sentAt: UInt64 = 0
     }
 
     private struct Subscriber {
@@ -223,6 +228,7 @@ public final class WireLoad {
         }
         try publishers[index].socket.send(outgoing)
         publishers[index].sent += 1
+        publishers[index].sentAt = stamp
     }
 
     /// The timed part: every publisher publishes its messages, one at a
@@ -241,6 +247,7 @@ public final class WireLoad {
         let expectedDeliveries = perClient * subscribers.count
         var result = WireLoadResult()
         result.latenciesMs.reserveCapacity(expectedDeliveries)
+        result.ackLatenciesMs.reserveCapacity(perClient * publishers.count)
         let start = DispatchTime.now().uptimeNanoseconds
         for index in publishers.indices where perClient > 0 { try sendNext(index) }
         while result.acknowledged < perClient * publishers.count || result.delivered < expectedDeliveries {
@@ -269,6 +276,7 @@ public final class WireLoad {
         }
         result.seconds = Double(DispatchTime.now().uptimeNanoseconds - start) / 1_000_000_000
         result.latenciesMs.sort()
+        result.ackLatenciesMs.sort()
         return result
     }
 
@@ -283,6 +291,8 @@ public final class WireLoad {
                     "request \(reply.requestID) answered with \(reply.body.map { "\($0)" } ?? "nothing"), expected the ack of \(expected)"
                 )
             }
+            let now = DispatchTime.now().uptimeNanoseconds
+            result.ackLatenciesMs.append(Double(now &- publishers[index].sentAt) / 1_000_000)
             publishers[index].acknowledged += 1
             result.acknowledged += 1
             if publishers[index].sent < plan.messagesPerClient { try sendNext(index) }

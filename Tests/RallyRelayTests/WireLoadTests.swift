@@ -131,6 +131,9 @@ struct WireLoadTests {
         #expect(result.latenciesMs.count == 120)
         #expect(result.latenciesMs.allSatisfy { $0 >= 0 })
         #expect(result.latenciesMs == result.latenciesMs.sorted())
+        #expect(result.ackLatenciesMs.count == 60)
+        #expect(result.ackLatenciesMs.allSatisfy { $0 >= 0 })
+        #expect(result.ackLatenciesMs == result.ackLatenciesMs.sorted())
         await relay.stop()
     }
 
