@@ -114,52 +114,61 @@ public final class SQLiteRelayStore: RelayStore {
         _ request: PublishRequest, serverTime: Int64, db: Database
     ) throws -> Result<AppendResult, AppendRefusal> {
         let key: Data? = request.idempotencyKey.isEmpty ? nil : request.idempotencyKey
-        // The hot path: cached statements, one read of the topic row and
-        // one upsert that sets the head, the byte count and the control seq.
-        if let key,
-            let row = try Row.fetchOne(
-                db.cachedStatement(
-                    sql: "SELECT \(envelopeColumns) FROM envelopes WHERE topic = ? AND idempotency_key = ?"),
-                arguments: [request.topic, key])
-        {
-            // A retry: answered before any other check, as long as the key
-            // is one the topic has known (a lost ack after a rotation must
-            // not strand its publisher).
-            if let accessKey = request.accessKey, try status(topic: request.topic, key: accessKey, db: db) == .unknown {
-                return .failure(.forbidden("this access key is not one of the topic's"))
-            }
-            return .success(AppendResult(envelope: envelope(row), duplicate: true))
-        }
-        let topicRow = try Row.fetchOne(
-            db.cachedStatement(sql: "SELECT last_seq, last_control_seq, bytes FROM topics WHERE name = ?"),
-            arguments: [request.topic])
-        let head = AppendRules.Head(
-            lastSeq: topicRow?["last_seq"] ?? 0, lastControlSeq: topicRow?["last_control_seq"] ?? 0,
-            bytes: topicRow?["bytes"] ?? 0)
-        let keyStatus = try request.accessKey.map { try status(topic: request.topic, key: $0, db: db) }
+        // The hot path is three cached statements: one read of the topic's
+        // head with the key's status, the envelope's insert (which finds a
+        // retry through the idempotency index) and the head's upsert. A
+        // retry is answered as if it had been looked up before any other
+        // check: a refused publish looks for its original, and an insert
+        // the index turns away is the retry of a stored one.
+        let (head, keyStatus) = try headAndStatus(request, db: db)
         let registers: Bool
         switch AppendRules.check(request, head: head, keyStatus: keyStatus) {
-        case .failure(let refusal): return .failure(refusal)
+        case .failure(let refusal):
+            return try retry(request, key: key, db: db) ?? .failure(refusal)
         case .success(let founds): registers = founds
         }
-        let newBytes = head.bytes + Int64(request.payload.count)
-        let lastSeq = head.lastSeq
-        let lastControlSeq = head.lastControlSeq
+        let seq = head.lastSeq + 1
+        let retired: Data? =
+            if request.control, let newKey = request.rotateAccessKey, let oldKey = request.accessKey, newKey != oldKey {
+                oldKey
+            } else {
+                nil
+            }
+        try db.cachedStatement(
+            sql: """
+                INSERT INTO envelopes
+                (topic, seq, server_time_ms, payload, should_push, expires_at_ms, idempotency_key, control,
+                 retires_key)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                ON CONFLICT (topic, idempotency_key) DO NOTHING
+                """
+        ).execute(arguments: [
+            request.topic, seq, serverTime, request.payload, request.shouldPush,
+            request.expiresAtMilliseconds, key, request.control, retired,
+        ])
+        if db.changesCount == 0 {
+            // Only the idempotency index turns an insert away.
+            guard let found = try retry(request, key: key, db: db) else {
+                throw DatabaseError(resultCode: .SQLITE_INTERNAL, message: "an insert was ignored without a retry")
+            }
+            return found
+        }
         if registers, let accessKey = request.accessKey {
             try db.execute(
                 sql: "INSERT INTO topic_keys (topic, access_key, valid_through) VALUES (?, ?, NULL)",
                 arguments: [request.topic, accessKey])
         }
-        let seq = lastSeq + 1
         try db.cachedStatement(
             sql: """
                 INSERT INTO topics (name, last_seq, bytes, last_control_seq) VALUES (?, ?, ?, ?)
                 ON CONFLICT (name) DO UPDATE SET last_seq = excluded.last_seq, bytes = excluded.bytes,
                 last_control_seq = excluded.last_control_seq
                 """
-        ).execute(arguments: [request.topic, seq, newBytes, request.control ? seq : lastControlSeq])
-        var retired: Data?
-        if request.control, let newKey = request.rotateAccessKey, let oldKey = request.accessKey, newKey != oldKey {
+        ).execute(arguments: [
+            request.topic, seq, head.bytes + Int64(request.payload.count),
+            request.control ? seq : head.lastControlSeq,
+        ])
+        if retired != nil, let newKey = request.rotateAccessKey {
             // The old key reads up to and including this entry.
             try db.execute(
                 sql: "UPDATE topic_keys SET valid_through = ? WHERE topic = ? AND valid_through IS NULL",
@@ -170,21 +179,58 @@ public final class SQLiteRelayStore: RelayStore {
                     ON CONFLICT (topic, access_key) DO UPDATE SET valid_through = NULL
                     """,
                 arguments: [request.topic, newKey])
-            retired = oldKey
         }
-        try db.cachedStatement(
-            sql: """
-                INSERT INTO envelopes
-                (topic, seq, server_time_ms, payload, should_push, expires_at_ms, idempotency_key, control,
-                 retires_key)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-                """
-        ).execute(arguments: [
-            request.topic, seq, serverTime, request.payload, request.shouldPush,
-            request.expiresAtMilliseconds, key, request.control, retired,
-        ])
         let stored = AppendRules.envelope(request, seq: seq, serverTime: serverTime)
         return .success(AppendResult(envelope: stored, duplicate: false, retiredKey: retired))
+    }
+
+    /// The topic's head and, for a capability topic, the status of the
+    /// publish's key, in one statement while the key is one the topic holds.
+    private static func headAndStatus(
+        _ request: PublishRequest, db: Database
+    ) throws -> (AppendRules.Head, AccessKeyStatus?) {
+        guard let accessKey = request.accessKey else {
+            let row = try Row.fetchOne(
+                db.cachedStatement(sql: "SELECT last_seq, last_control_seq, bytes FROM topics WHERE name = ?"),
+                arguments: [request.topic])
+            return (head(row), nil)
+        }
+        let row = try Row.fetchOne(
+            db.cachedStatement(
+                sql: """
+                    SELECT t.last_seq, t.last_control_seq, t.bytes, k.access_key IS NOT NULL AS held, k.valid_through
+                    FROM (SELECT 1) LEFT JOIN topics t ON t.name = ?1
+                    LEFT JOIN topic_keys k ON k.topic = ?1 AND k.access_key = ?2
+                    """),
+            arguments: [request.topic, accessKey])
+        guard let row, row["held"] == true else {
+            return (head(row), try status(topic: request.topic, key: accessKey, db: db))
+        }
+        let validThrough: Int64? = row["valid_through"]
+        return (head(row), validThrough.map { .retired(validThrough: UInt64(max(0, $0))) } ?? .current)
+    }
+
+    private static func head(_ row: Row?) -> AppendRules.Head {
+        AppendRules.Head(
+            lastSeq: row?["last_seq"] ?? 0, lastControlSeq: row?["last_control_seq"] ?? 0, bytes: row?["bytes"] ?? 0)
+    }
+
+    /// The answer to `request` if it repeats a stored publish: the stored
+    /// envelope, as long as the publish's key is one the topic has known
+    /// (a lost ack after a rotation must not strand its publisher).
+    private static func retry(
+        _ request: PublishRequest, key: Data?, db: Database
+    ) throws -> Result<AppendResult, AppendRefusal>? {
+        guard let key,
+            let row = try Row.fetchOne(
+                db.cachedStatement(
+                    sql: "SELECT \(envelopeColumns) FROM envelopes WHERE topic = ? AND idempotency_key = ?"),
+                arguments: [request.topic, key])
+        else { return nil }
+        if let accessKey = request.accessKey, try status(topic: request.topic, key: accessKey, db: db) == .unknown {
+            return .failure(.forbidden("this access key is not one of the topic's"))
+        }
+        return .success(AppendResult(envelope: envelope(row), duplicate: true))
     }
 
     private static func status(topic: String, key: Data, db: Database) throws -> AccessKeyStatus {

@@ -86,6 +86,12 @@ struct StoreTests {
         #expect(retry[0].duplicate && retry[0].envelope.seq == 1 && retry[0].envelope.serverTimeMs == 1)
         #expect(!retry[1].duplicate && retry[1].envelope.seq == 3)
         #expect(retry[2].duplicate && retry[2].envelope.seq == 3)
+        // A retry is answered before the quota: the topic is over this
+        // quota now, and the retry still gets its original ack.
+        var overQuota = request("group/a", "hello", key: "k1")
+        overQuota.quotaBytes = 1
+        let retriedOverQuota = try await store.appendAll([overQuota], serverTimeMilliseconds: 4)
+        #expect(retriedOverQuota[0].duplicate && retriedOverQuota[0].envelope.seq == 1)
         let all = try await store.fetch(topic: "group/a", after: 0, limit: 100, nowMilliseconds: 0)
         #expect(all.envelopes.map(\.seq) == [1, 2, 3])
         // The same key on another topic is another publish.
