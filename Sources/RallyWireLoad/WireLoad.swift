@@ -99,7 +99,7 @@ public final class WireLoad {
             let topic = "bench/\(access.foundedTopicID)"
             for _ in 0..<plan.subscribersPerTopic {
                 let port = plan.relayPorts[index % plan.relayPorts.count]
-                let (socket, nonce) = try Self.connect(port: port, identity: identity)
+                let (socket, nonce) = try connect(port: port, identity: identity)
                 var frame = WireClientFrame()
                 frame.requestID = 2
                 frame.subscribe.topic = topic
@@ -114,7 +114,7 @@ public final class WireLoad {
                 subscribers.append(Subscriber(socket: socket))
             }
             let port = plan.relayPorts[(index + 1) % plan.relayPorts.count]
-            let (socket, nonce) = try Self.connect(port: port, identity: identity)
+            let (socket, nonce) = try connect(port: port, identity: identity)
             let proof = access.connectionProof(origin: Self.origin(port: port), challengeNonce: nonce, topic: topic)
             publishers.append(try Self.encodedPublishes(plan, socket: socket, topic: topic, proof: proof))
         }
@@ -124,17 +124,15 @@ public final class WireLoad {
         RelayOrigin.of(URL(string: "http://127.0.0.1:\(port)")!) ?? ""
     }
 
-    private static func connect(port: Int, identity: Identity) throws(WireLoadError) -> (LoadSocket, Data) {
+    private func connect(port: Int, identity: Identity) throws(WireLoadError) -> (LoadSocket, Data) {
         let socket = try LoadSocket.open(port: port, path: "/v1/ws")
-        let challenge = try reply(on: socket, what: "the challenge")
+        let challenge = try Self.reply(on: socket, what: "the challenge")
         guard case .challenge(let body)? = challenge.body else { throw .unexpected("no challenge first") }
         var frame = WireClientFrame()
         frame.requestID = 1
-        frame.authenticate = identity.authenticate(challengeNonce: body.nonce, origin: origin(port: port))
-        var encoded: [UInt8] = []
-        ClientFrameEncoder.appendFrame(Array(FrameCodec.encode(frame)), mask: 0x5A5A_A5A5, to: &encoded)
-        try socket.send(encoded)
-        let reply = try reply(on: socket, what: "authenticated")
+        frame.authenticate = identity.authenticate(challengeNonce: body.nonce, origin: Self.origin(port: port))
+        try send(frame, on: socket)
+        let reply = try Self.reply(on: socket, what: "authenticated")
         guard case .authenticated? = reply.body else { throw .unexpected("no authenticated reply") }
         return (socket, body.nonce)
     }
