@@ -77,8 +77,7 @@ struct RelayBench: AsyncParsableCommand {
                     format: "%7d  %8d  %7.2f  %12.0f  %6.2f  %6.2f  %6.2f  %10.2f  %10.2f  %16.1f  %18.1f", count,
                     result.delivered, result.seconds, Double(result.delivered) / result.seconds,
                     result.percentile(0.50), result.percentile(0.99), result.percentile(1.0),
-                    ReconnectBench.percentile(result.ackLatenciesMs, 0.50),
-                    ReconnectBench.percentile(result.ackLatenciesMs, 0.99),
+                    result.ackPercentile(0.50), result.ackPercentile(0.99),
                     result.relayCPUMilliseconds * 1000 / published,
                     result.clientCPUMilliseconds * 1000 / published))
         }
@@ -102,6 +101,28 @@ struct RelayBench: AsyncParsableCommand {
 
         /// `latenciesMs` is sorted.
         func percentile(_ p: Double) -> Double { ReconnectBench.percentile(latenciesMs, p) }
+        func ackPercentile(_ p: Double) -> Double { ReconnectBench.percentile(ackLatenciesMs, p) }
+    }
+
+    /// CPU used so far by the relay processes and by this one (whose
+    /// clients publish and receive), in milliseconds.
+    struct CPUSample {
+        var relay: Double
+        var clients: Double
+
+        init(relayPIDs: [Int32]) {
+            relay = relayPIDs.reduce(0.0) { $0 + (ProcessCPU.milliseconds(pid: $1) ?? 0) }
+            clients = ProcessCPU.milliseconds() ?? 0
+        }
+
+        private init(relay: Double, clients: Double) {
+            self.relay = relay
+            self.clients = clients
+        }
+
+        func since(_ earlier: CPUSample) -> CPUSample {
+            CPUSample(relay: relay - earlier.relay, clients: clients - earlier.clients)
+        }
     }
 
     /// The same measurement with ``WireLoad``, on a thread of its own (its
@@ -115,15 +136,13 @@ struct RelayBench: AsyncParsableCommand {
                 continuation.resume(
                     with: Swift.Result { () throws -> Result in
                         let load = try WireLoad(plan)
-                        let relayCPU = { relayPIDs.reduce(0.0) { $0 + (ProcessCPU.milliseconds(pid: $1) ?? 0) } }
-                        let before = (relay: relayCPU(), clients: ProcessCPU.milliseconds() ?? 0)
+                        let before = CPUSample(relayPIDs: relayPIDs)
                         let outcome = try load.run()
-                        let after = (relay: relayCPU(), clients: ProcessCPU.milliseconds() ?? 0)
+                        let cpu = CPUSample(relayPIDs: relayPIDs).since(before)
                         return Result(
                             delivered: outcome.delivered, seconds: outcome.seconds, latenciesMs: outcome.latenciesMs,
-                            ackLatenciesMs: outcome.ackLatenciesMs,
-                            relayCPUMilliseconds: after.relay - before.relay,
-                            clientCPUMilliseconds: after.clients - before.clients)
+                            ackLatenciesMs: outcome.ackLatenciesMs, relayCPUMilliseconds: cpu.relay,
+                            clientCPUMilliseconds: cpu.clients)
                     })
             }
         }
@@ -153,8 +172,7 @@ struct RelayBench: AsyncParsableCommand {
             let access = try TopicAccess(secret: TopicAccess.newSecret())
             pairs.append((readers, publisher, try TopicName(validating: "bench/\(access.foundedTopicID)"), access))
         }
-        let relayCPU = { relayPIDs.reduce(0.0) { $0 + (ProcessCPU.milliseconds(pid: $1) ?? 0) } }
-        let cpuBefore = (relay: relayCPU(), clients: ProcessCPU.milliseconds() ?? 0)
+        let cpuBefore = CPUSample(relayPIDs: relayPIDs)
         let start = DispatchTime.now().uptimeNanoseconds
         // Each task returns its latencies: a subscriber's deliveries, or a
         // publisher's acknowledgements.
@@ -203,15 +221,14 @@ struct RelayBench: AsyncParsableCommand {
             return (deliveries, acks)
         }
         let seconds = Double(DispatchTime.now().uptimeNanoseconds - start) / 1_000_000_000
-        let cpuAfter = (relay: relayCPU(), clients: ProcessCPU.milliseconds() ?? 0)
+        let cpu = CPUSample(relayPIDs: relayPIDs).since(cpuBefore)
         for (readers, publisher, _, _) in pairs {
             for subscriber in readers { await subscriber.close() }
             await publisher.close()
         }
         return Result(
             delivered: latencies.count, seconds: seconds, latenciesMs: latencies.sorted(),
-            ackLatenciesMs: ackLatencies.sorted(), relayCPUMilliseconds: cpuAfter.relay - cpuBefore.relay,
-            clientCPUMilliseconds: cpuAfter.clients - cpuBefore.clients)
+            ackLatenciesMs: ackLatencies.sorted(), relayCPUMilliseconds: cpu.relay, clientCPUMilliseconds: cpu.clients)
     }
 }
 

@@ -83,6 +83,14 @@ public enum AccessKeyStatus: Sendable, Equatable {
     case deleted
 }
 
+extension AccessKeyStatus {
+    /// A key the topic holds: its current one (no `validThrough`), or a
+    /// retired one that reads up to `validThrough`.
+    static func held(validThrough: Int64?) -> Self {
+        validThrough.map { .retired(validThrough: UInt64(max(0, $0))) } ?? .current
+    }
+}
+
 /// What deleting a topic did.
 public enum TopicDeletion: Sendable, Equatable {
     /// Its envelopes and keys are gone; a tombstone answers from now on.
@@ -238,6 +246,24 @@ enum AppendRules {
             return .failure(.quotaExceeded("the topic stores at most \(request.quotaBytes) bytes"))
         }
         return .success(founds)
+    }
+
+    /// The answer to a publish that repeats a stored one (its topic and
+    /// idempotency key): answered before any other check, with the stored
+    /// envelope, as long as the publish's key is one the topic has known
+    /// (a lost ack after a rotation must not strand its publisher).
+    static func retry(of original: WireEnvelope, keyStatus: AccessKeyStatus?) -> Result<AppendResult, AppendRefusal> {
+        keyStatus == .unknown
+            ? .failure(.forbidden("this access key is not one of the topic's"))
+            : .success(AppendResult(envelope: original, duplicate: true))
+    }
+
+    /// The key a stored publish retires: its own, when it is a control
+    /// entry that rotates the topic to another key.
+    static func retiredKey(by request: PublishRequest) -> Data? {
+        guard request.control, let newKey = request.rotateAccessKey, let oldKey = request.accessKey, newKey != oldKey
+        else { return nil }
+        return oldKey
     }
 
     static func topicID(of topic: String) -> Substring {

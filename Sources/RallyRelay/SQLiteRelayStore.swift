@@ -128,12 +128,7 @@ public final class SQLiteRelayStore: RelayStore {
         case .success(let founds): registers = founds
         }
         let seq = head.lastSeq + 1
-        let retired: Data? =
-            if request.control, let newKey = request.rotateAccessKey, let oldKey = request.accessKey, newKey != oldKey {
-                oldKey
-            } else {
-                nil
-            }
+        let retired = AppendRules.retiredKey(by: request)
         try db.cachedStatement(
             sql: """
                 INSERT INTO envelopes
@@ -204,10 +199,9 @@ public final class SQLiteRelayStore: RelayStore {
                     """),
             arguments: [request.topic, accessKey])
         guard let row, row["held"] == true else {
-            return (head(row), try status(topic: request.topic, key: accessKey, db: db))
+            return (head(row), try statusOfKeyNotHeld(topic: request.topic, db: db))
         }
-        let validThrough: Int64? = row["valid_through"]
-        return (head(row), validThrough.map { .retired(validThrough: UInt64(max(0, $0))) } ?? .current)
+        return (head(row), .held(validThrough: row["valid_through"]))
     }
 
     private static func head(_ row: Row?) -> AppendRules.Head {
@@ -215,9 +209,7 @@ public final class SQLiteRelayStore: RelayStore {
             lastSeq: row?["last_seq"] ?? 0, lastControlSeq: row?["last_control_seq"] ?? 0, bytes: row?["bytes"] ?? 0)
     }
 
-    /// The answer to `request` if it repeats a stored publish: the stored
-    /// envelope, as long as the publish's key is one the topic has known
-    /// (a lost ack after a rotation must not strand its publisher).
+    /// The answer to `request` if it repeats a stored publish.
     private static func retry(
         _ request: PublishRequest, key: Data?, db: Database
     ) throws -> Result<AppendResult, AppendRefusal>? {
@@ -227,10 +219,8 @@ public final class SQLiteRelayStore: RelayStore {
                     sql: "SELECT \(envelopeColumns) FROM envelopes WHERE topic = ? AND idempotency_key = ?"),
                 arguments: [request.topic, key])
         else { return nil }
-        if let accessKey = request.accessKey, try status(topic: request.topic, key: accessKey, db: db) == .unknown {
-            return .failure(.forbidden("this access key is not one of the topic's"))
-        }
-        return .success(AppendResult(envelope: envelope(row), duplicate: true))
+        let keyStatus = try request.accessKey.map { try status(topic: request.topic, key: $0, db: db) }
+        return AppendRules.retry(of: envelope(row), keyStatus: keyStatus)
     }
 
     private static func status(topic: String, key: Data, db: Database) throws -> AccessKeyStatus {
@@ -238,11 +228,14 @@ public final class SQLiteRelayStore: RelayStore {
             db.cachedStatement(sql: "SELECT valid_through FROM topic_keys WHERE topic = ? AND access_key = ?"),
             arguments: [topic, key])
         {
-            let validThrough: Int64? = row["valid_through"]
-            return validThrough.map { .retired(validThrough: UInt64(max(0, $0))) } ?? .current
+            return .held(validThrough: row["valid_through"])
         }
-        // A deleted topic has no keys left, so the tombstone is read only
-        // off the hot path (a key the topic holds).
+        return try statusOfKeyNotHeld(topic: topic, db: db)
+    }
+
+    /// The status of a key the topic does not hold. A deleted topic has no
+    /// keys left, so the tombstone is read only off the hot path.
+    private static func statusOfKeyNotHeld(topic: String, db: Database) throws -> AccessKeyStatus {
         if try Bool.fetchOne(
             db.cachedStatement(sql: "SELECT EXISTS (SELECT 1 FROM deleted_topics WHERE topic = ?)"),
             arguments: [topic]) == true

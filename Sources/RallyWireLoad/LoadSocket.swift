@@ -77,7 +77,7 @@ final class LoadSocket {
         var response: [UInt8] = []
         let end: [UInt8] = Array("\r\n\r\n".utf8)
         while true {
-            let count = try readSome(timeoutMilliseconds: Self.setupTimeoutMilliseconds, what: "the upgrade response")
+            let count = try readSome(what: "the upgrade response")
             response.append(contentsOf: readBuffer[0..<count])
             if let range = response.firstRange(of: end) {
                 let head = String(decoding: response[..<range.lowerBound], as: UTF8.self)
@@ -108,7 +108,7 @@ final class LoadSocket {
 
     private static let webSocketGUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
-    /// Writes all of `bytes`, waiting while the socket's buffer is full.
+    /// Writes all of `bytes` (the socket blocks while its buffer is full).
     func send(_ bytes: [UInt8]) throws(WireLoadError) {
         let failure: Int32? = bytes.withUnsafeBytes { buffer in
             var offset = 0
@@ -116,9 +116,8 @@ final class LoadSocket {
                 let written = Self.systemWrite(fd, buffer.baseAddress! + offset, buffer.count - offset)
                 if written > 0 {
                     offset += written
-                } else if written < 0, errno == EAGAIN || errno == EINTR {
-                    var wait = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
-                    _ = poll(&wait, 1, Self.setupTimeoutMilliseconds)
+                } else if written < 0, errno == EINTR {
+                    continue
                 } else {
                     return errno
                 }
@@ -128,12 +127,12 @@ final class LoadSocket {
         if let failure { throw .socket("write", errno: failure) }
     }
 
-    /// Waits up to `timeoutMilliseconds` for bytes and reads them into
-    /// `readBuffer`; returns how many.
-    private func readSome(timeoutMilliseconds: Int32, what: String) throws(WireLoadError) -> Int {
+    /// Waits up to ``setupTimeoutMilliseconds`` for bytes and reads them
+    /// into `readBuffer`; returns how many.
+    private func readSome(what: String) throws(WireLoadError) -> Int {
         var wait = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-        guard poll(&wait, 1, timeoutMilliseconds) > 0 else {
-            throw .stalled(seconds: Int(timeoutMilliseconds / 1000), detail: "waiting for \(what)")
+        guard poll(&wait, 1, Self.setupTimeoutMilliseconds) > 0 else {
+            throw .stalled(seconds: Int(Self.setupTimeoutMilliseconds / 1000), detail: "waiting for \(what)")
         }
         let count = readBuffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
         if count == 0 { throw .closedByRelay(code: nil) }
@@ -145,7 +144,7 @@ final class LoadSocket {
     func nextFrame(what: String) throws(WireLoadError) -> ServerFrame {
         while true {
             if let frame = try frameOrNil() { return frame }
-            let count = try readSome(timeoutMilliseconds: Self.setupTimeoutMilliseconds, what: what)
+            let count = try readSome(what: what)
             readBuffer.withUnsafeBytes { reader.append(UnsafeRawBufferPointer(rebasing: $0[0..<count])) }
         }
     }

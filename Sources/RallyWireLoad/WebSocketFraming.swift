@@ -1,3 +1,5 @@
+import RallyWire
+
 /// The client's side of RFC 6455 framing, as small as a load generator
 /// needs: binary frames out (masked, as a client must send them), whole
 /// unfragmented frames in. Pure values; the socket shell feeds them bytes.
@@ -25,19 +27,14 @@ public enum ClientFrameEncoder {
         _ payload: some Collection<UInt8>, mask: UInt32, opcode: UInt8 = 0x2, to out: inout [UInt8]
     ) {
         appendHeader(length: payload.count, mask: mask, opcode: opcode, to: &out)
-        let key = maskBytes(mask)
-        var index = 0
-        for byte in payload {
-            out.append(byte ^ key[index & 3])
-            index += 1
-        }
+        for (index, byte) in payload.enumerated() { out.append(byte ^ maskByte(mask, index)) }
     }
 
-    static func maskBytes(_ mask: UInt32) -> [UInt8] {
-        [
-            UInt8(truncatingIfNeeded: mask >> 24), UInt8(truncatingIfNeeded: mask >> 16),
-            UInt8(truncatingIfNeeded: mask >> 8), UInt8(truncatingIfNeeded: mask),
-        ]
+    /// The mask's byte for payload byte `index`: the key repeats every
+    /// four bytes, most significant first.
+    @inline(__always)
+    static func maskByte(_ mask: UInt32, _ index: Int) -> UInt8 {
+        UInt8(truncatingIfNeeded: mask >> (24 - 8 * UInt32(index & 3)))
     }
 }
 
@@ -87,7 +84,7 @@ public enum ServerFrameError: Error, Equatable, Sendable, CustomStringConvertibl
 /// is checked against the limit before anything of it is kept.
 public struct ServerFrameReader: Sendable {
     /// The largest frame this client takes: the relay's largest frame.
-    public static let maxPayloadBytes = 260 * 1024
+    public static let maxPayloadBytes = WireLimits.maxFrameBytes
     private var buffer: [UInt8] = []
     private var start = 0
 
@@ -97,10 +94,6 @@ public struct ServerFrameReader: Sendable {
     public var pendingBytes: Int { buffer.count - start }
 
     public mutating func append(_ bytes: UnsafeRawBufferPointer) {
-        if start > 0, start == buffer.count {
-            buffer.removeAll(keepingCapacity: true)
-            start = 0
-        }
         buffer.append(contentsOf: bytes)
     }
 

@@ -220,9 +220,10 @@ public final class WireLoad {
         withUnsafeBytes(of: &stamp) { bytes in
             for index in 0..<bytes.count { outgoing[payloadStart + stampOffset + index] = bytes[index] }
         }
-        let key = ClientFrameEncoder.maskBytes(mask)
         outgoing.withUnsafeMutableBufferPointer { buffer in
-            for index in payloadStart..<buffer.count { buffer[index] ^= key[(index - payloadStart) & 3] }
+            for index in payloadStart..<buffer.count {
+                buffer[index] ^= ClientFrameEncoder.maskByte(mask, index - payloadStart)
+            }
         }
         try publishers[index].socket.send(outgoing)
         publishers[index].sent += 1

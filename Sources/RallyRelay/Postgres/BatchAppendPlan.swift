@@ -58,12 +58,7 @@ struct BatchAppendPlan: Sendable, Equatable {
                 request.idempotencyKey.isEmpty
                 ? nil : StoredKey(topic: request.topic, key: request.idempotencyKey)
             if let original = storedKey.flatMap({ storedHere[$0] }) ?? reading.duplicate {
-                // A retry: answered before any other check, as long as the
-                // key is one the topic has known.
-                plan.results.append(
-                    keyStatus == .unknown
-                        ? .failure(.forbidden("this access key is not one of the topic's"))
-                        : .success(AppendResult(envelope: original, duplicate: true)))
+                plan.results.append(AppendRules.retry(of: original, keyStatus: keyStatus))
                 continue
             }
             let head = plan.heads[request.topic] ?? reading.head

@@ -253,12 +253,7 @@ public final class PostgresRelayStore: RelayStore, PushTargetStore {
         // before it in this transaction wrote.
         let state = try await read([request], connection: connection, logger: logger)[0]
         let keyStatus: AccessKeyStatus? = request.accessKey == nil ? nil : state.keyStatus
-        if let duplicate = state.duplicate {
-            // A retry: answered before any other check, as long as the key
-            // is one the topic has known.
-            if keyStatus == .unknown { return .failure(.forbidden("this access key is not one of the topic's")) }
-            return .success(AppendResult(envelope: duplicate, duplicate: true))
-        }
+        if let duplicate = state.duplicate { return AppendRules.retry(of: duplicate, keyStatus: keyStatus) }
         let head = state.head
         let registers: Bool
         switch AppendRules.check(request, head: head, keyStatus: keyStatus) {
@@ -273,15 +268,14 @@ public final class PostgresRelayStore: RelayStore, PushTargetStore {
         let seq = head.lastSeq + 1
         let controlSeq = request.control ? seq : head.lastControlSeq
         let newBytes = head.bytes + Int64(request.payload.count)
-        var retired: Data?
-        if request.control, let newKey = request.rotateAccessKey, let oldKey = request.accessKey, newKey != oldKey {
+        let retired = AppendRules.retiredKey(by: request)
+        if retired != nil, let newKey = request.rotateAccessKey {
             try await connection.query(
                 """
                 WITH old AS (UPDATE topic_keys SET valid_through = \(seq) WHERE topic = \(topic) AND valid_through IS NULL)
                 INSERT INTO topic_keys (topic, access_key, valid_through) VALUES (\(topic), \(newKey), NULL)
                 ON CONFLICT (topic, access_key) DO UPDATE SET valid_through = NULL
                 """, logger: logger)
-            retired = oldKey
         }
         // Announced in the same transaction: sent when, and only if, it commits.
         let note = "\(nodeID) \(seq) \(topic)"
@@ -314,7 +308,7 @@ public final class PostgresRelayStore: RelayStore, PushTargetStore {
     }
 
     private static func keyStatus(validThrough: Int64?, present: Bool, deleted: Bool, known: Bool) -> AccessKeyStatus {
-        if present { return validThrough.map { .retired(validThrough: UInt64(max(0, $0))) } ?? .current }
+        if present { return .held(validThrough: validThrough) }
         if deleted { return .deleted }
         return known ? .unknown : .unregistered
     }
