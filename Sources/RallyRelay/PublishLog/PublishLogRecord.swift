@@ -85,7 +85,13 @@ extension PublishLogRecord {
                 if let blob { Self.appendBlob(blob, to: &bytes) }
             }
         }
-        let checksum = bytes.withUnsafeBytes { CRC32C.checksum(UnsafeRawBufferPointer(rebasing: $0[4...])) }
+        // Length and number, then the body: everything but the magic and
+        // the checksum itself.
+        let checksum = bytes.withUnsafeBytes {
+            CRC32C.checksum(
+                UnsafeRawBufferPointer(rebasing: $0[PublishLogLimits.headerBytes...]),
+                continuing: CRC32C.checksum(UnsafeRawBufferPointer(rebasing: $0[4..<16])))
+        }
         withUnsafeBytes(of: checksum.littleEndian) { bytes.replaceSubrange(16..<20, with: $0) }
         return bytes
     }
