@@ -14,8 +14,7 @@ enum OwnerOnlyFile {
         if !FileManager.default.fileExists(atPath: url.path) {
             _ = FileManager.default.createFile(atPath: url.path, contents: nil, attributes: [.posixPermissions: 0o600])
         }
-        for suffix in ["", "-wal", "-shm", "-journal", "-log.0", "-log.1"]
-        where FileManager.default.fileExists(atPath: url.path + suffix) {
+        for suffix in ["", "-wal", "-shm", "-journal"] where FileManager.default.fileExists(atPath: url.path + suffix) {
             try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: url.path + suffix)
         }
     }

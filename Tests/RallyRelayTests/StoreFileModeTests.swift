@@ -16,19 +16,18 @@ struct StoreFileModeTests {
         try #require(try FileManager.default.attributesOfItem(atPath: path)[.posixPermissions] as? Int)
     }
 
-    @Test("Under umask 022 a new data directory is 0700 and the database, -wal, -shm and the publish log are 0600")
+    @Test("Under umask 022 a new data directory is 0700 and the database, -wal and -shm are 0600")
     func ownerOnlyUnderUmask022() async throws {
         let parent = try TemporaryDirectory()
         defer { parent.remove() }
         let previous = umask(0o022)
         defer { umask(previous) }
         let data = parent.url.appendingPathComponent("data")
-        let store = try PublishLogStore(url: data.appendingPathComponent("relay.sqlite"), fileBytes: 4096)
+        let store = try SQLiteRelayStore(url: data.appendingPathComponent("relay.sqlite"))
         let request = PublishRequest(topic: "group/a", payload: Data("x".utf8), idempotencyKey: Data("k".utf8))
         _ = try await store.append([request], serverTimeMilliseconds: 1)
         let files = try FileManager.default.contentsOfDirectory(atPath: data.path)
         #expect(files.contains("relay.sqlite-wal"))
-        #expect(files.contains("relay.sqlite-log.0") && files.contains("relay.sqlite-log.1"))
         for file in files {
             #expect(try Self.mode(data.appendingPathComponent(file).path) == 0o600, "\(file)")
         }

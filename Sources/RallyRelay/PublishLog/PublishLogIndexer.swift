@@ -32,8 +32,6 @@ final class PublishLogIndexer: @unchecked Sendable {
     private var paused = false
     private var stopped = false
     private var waiters: [(through: UInt64, continuation: CheckedContinuation<Void, any Error>)] = []
-    /// Threads blocked in `waitIndexed` or `waitSynced`.
-    private var blockedWaits = 0
 
     /// `indexed`: the last record SQLite already holds.
     init(pool: DatabasePool, indexed: UInt64) {
@@ -73,9 +71,7 @@ final class PublishLogIndexer: @unchecked Sendable {
     func waitIndexed(through number: UInt64) throws {
         condition.lock()
         defer { condition.unlock() }
-        blockedWaits += 1
         while indexed < number, failure == nil, !stopped { condition.wait() }
-        blockedWaits -= 1
         if let failure { throw failure }
         if indexed < number { throw PublishLogError.failed }
     }
@@ -88,9 +84,7 @@ final class PublishLogIndexer: @unchecked Sendable {
         guard synced < number else { return }
         syncTarget = max(syncTarget, number)
         condition.broadcast()
-        blockedWaits += 1
         while synced < number, failure == nil, !stopped { condition.wait() }
-        blockedWaits -= 1
         if let failure { throw failure }
         if synced < number { throw PublishLogError.failed }
     }
@@ -137,20 +131,6 @@ final class PublishLogIndexer: @unchecked Sendable {
         condition.lock()
         paused = true
         condition.unlock()
-    }
-
-    func resume() {
-        condition.lock()
-        paused = false
-        condition.broadcast()
-        condition.unlock()
-    }
-
-    /// Reads, and the writer, waiting for records to reach SQLite.
-    var waiting: (reads: Int, writer: Int) {
-        condition.lock()
-        defer { condition.unlock() }
-        return (waiters.count, blockedWaits)
     }
 
     /// Ends the thread without indexing what is queued, as a crash would.

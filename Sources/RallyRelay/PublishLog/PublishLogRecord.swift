@@ -85,13 +85,7 @@ extension PublishLogRecord {
                 if let blob { Self.appendBlob(blob, to: &bytes) }
             }
         }
-        // Length and number, then the body: everything but the magic and
-        // the checksum itself.
-        let checksum = bytes.withUnsafeBytes {
-            CRC32C.checksum(
-                UnsafeRawBufferPointer(rebasing: $0[PublishLogLimits.headerBytes...]),
-                continuing: CRC32C.checksum(UnsafeRawBufferPointer(rebasing: $0[4..<16])))
-        }
+        let checksum = bytes.withUnsafeBytes { CRC32C.checksum(UnsafeRawBufferPointer(rebasing: $0[4...])) }
         withUnsafeBytes(of: checksum.littleEndian) { bytes.replaceSubrange(16..<20, with: $0) }
         return bytes
     }

@@ -126,12 +126,6 @@ public final class PublishLogStore: RelayStore {
         indexer.pause()
     }
 
-    func resumeIndexingForTesting() {
-        indexer.resume()
-    }
-
-    var waitingForTesting: (reads: Int, writer: Int) { indexer.waiting }
-
     /// Stands for a crash in tests: the process lets go of its files with
     /// the records SQLite has not taken still only in the log.
     func abandonForTesting() async throws {
