@@ -22,9 +22,6 @@ public struct RelayConfiguration: Sendable {
     /// The PostgreSQL several relay nodes share (ADR 0021); nil: the
     /// embedded SQLite store in `dataDirectory`.
     public var postgres: PostgresLocation?
-    /// Bytes of each of the embedded store's two publish-log files,
-    /// preallocated beside `relay.sqlite` (ADR 0028).
-    public var publishLogFileBytes = PublishLogStore.defaultFileBytes
 
     public init(
         host: String = "127.0.0.1",

@@ -33,7 +33,7 @@ public final class RelayServer: Service, Sendable, CustomStringConvertible {
             pushTargets = shared
             postgres = shared
         } else {
-            store = try PublishLogStore(url: configuration.storeURL, fileBytes: configuration.publishLogFileBytes)
+            store = try SQLiteRelayStore(url: configuration.storeURL)
             pushTargets = try SQLitePushTargetStore(dataDirectory: configuration.dataDirectory)
             postgres = nil
         }

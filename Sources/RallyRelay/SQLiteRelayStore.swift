@@ -95,15 +95,6 @@ public final class SQLiteRelayStore: RelayStore {
                 table.column("deleted_at_ms", .integer).notNull()
             }
         }
-        migrator.registerMigration("v4-publish-log") { db in
-            // The last publish-log record indexed into these tables, in the
-            // same transaction as its rows (docs/adr/0028).
-            try db.create(table: "publish_log") { table in
-                table.primaryKey("id", .integer).check { $0 == 1 }
-                table.column("applied", .integer).notNull()
-            }
-            try db.execute(sql: "INSERT INTO publish_log (id, applied) VALUES (1, 0)")
-        }
         return migrator
     }
 
@@ -136,21 +127,8 @@ public final class SQLiteRelayStore: RelayStore {
             return try retry(request, key: key, db: db) ?? .failure(refusal)
         case .success(let founds): registers = founds
         }
-        let entry = AppendedEntry(request, after: head, founds: registers, serverTime: serverTime)
-        guard try write(entry, db: db) else {
-            // Only the idempotency index turns an insert away.
-            guard let found = try retry(request, key: key, db: db) else {
-                throw DatabaseError(resultCode: .SQLITE_INTERNAL, message: "an insert was ignored without a retry")
-            }
-            return found
-        }
-        return .success(entry.result)
-    }
-
-    /// Writes an accepted entry: its envelope, its topic's new head and its
-    /// key changes. False, with nothing written, when the idempotency index
-    /// turns the envelope away (a retry of a stored publish).
-    static func write(_ entry: AppendedEntry, db: Database) throws -> Bool {
+        let seq = head.lastSeq + 1
+        let retired = AppendRules.retiredKey(by: request)
         try db.cachedStatement(
             sql: """
                 INSERT INTO envelopes
@@ -160,14 +138,20 @@ public final class SQLiteRelayStore: RelayStore {
                 ON CONFLICT (topic, idempotency_key) DO NOTHING
                 """
         ).execute(arguments: [
-            entry.topic, entry.seq, entry.serverTime, entry.payload, entry.shouldPush, entry.expiresAt,
-            entry.idempotencyKey, entry.control, entry.retiresKey,
+            request.topic, seq, serverTime, request.payload, request.shouldPush,
+            request.expiresAtMilliseconds, key, request.control, retired,
         ])
-        guard db.changesCount > 0 else { return false }
-        if let founding = entry.registersKey {
+        if db.changesCount == 0 {
+            // Only the idempotency index turns an insert away.
+            guard let found = try retry(request, key: key, db: db) else {
+                throw DatabaseError(resultCode: .SQLITE_INTERNAL, message: "an insert was ignored without a retry")
+            }
+            return found
+        }
+        if registers, let accessKey = request.accessKey {
             try db.execute(
                 sql: "INSERT INTO topic_keys (topic, access_key, valid_through) VALUES (?, ?, NULL)",
-                arguments: [entry.topic, founding])
+                arguments: [request.topic, accessKey])
         }
         try db.cachedStatement(
             sql: """
@@ -175,20 +159,24 @@ public final class SQLiteRelayStore: RelayStore {
                 ON CONFLICT (name) DO UPDATE SET last_seq = excluded.last_seq, bytes = excluded.bytes,
                 last_control_seq = excluded.last_control_seq
                 """
-        ).execute(arguments: [entry.topic, entry.seq, entry.bytesAfter, entry.lastControlSeqAfter])
-        if let newKey = entry.rotatesTo {
+        ).execute(arguments: [
+            request.topic, seq, head.bytes + Int64(request.payload.count),
+            request.control ? seq : head.lastControlSeq,
+        ])
+        if retired != nil, let newKey = request.rotateAccessKey {
             // The old key reads up to and including this entry.
             try db.execute(
                 sql: "UPDATE topic_keys SET valid_through = ? WHERE topic = ? AND valid_through IS NULL",
-                arguments: [entry.seq, entry.topic])
+                arguments: [seq, request.topic])
             try db.execute(
                 sql: """
                     INSERT INTO topic_keys (topic, access_key, valid_through) VALUES (?, ?, NULL)
                     ON CONFLICT (topic, access_key) DO UPDATE SET valid_through = NULL
                     """,
-                arguments: [entry.topic, newKey])
+                arguments: [request.topic, newKey])
         }
-        return true
+        let stored = AppendRules.envelope(request, seq: seq, serverTime: serverTime)
+        return .success(AppendResult(envelope: stored, duplicate: false, retiredKey: retired))
     }
 
     /// The topic's head and, for a capability topic, the status of the
@@ -225,51 +213,14 @@ public final class SQLiteRelayStore: RelayStore {
     private static func retry(
         _ request: PublishRequest, key: Data?, db: Database
     ) throws -> Result<AppendResult, AppendRefusal>? {
-        guard let key, let original = try storedEnvelope(topic: request.topic, idempotencyKey: key, db: db) else {
-            return nil
-        }
+        guard let key,
+            let row = try Row.fetchOne(
+                db.cachedStatement(
+                    sql: "SELECT \(envelopeColumns) FROM envelopes WHERE topic = ? AND idempotency_key = ?"),
+                arguments: [request.topic, key])
+        else { return nil }
         let keyStatus = try request.accessKey.map { try status(topic: request.topic, key: $0, db: db) }
-        return AppendRules.retry(of: original, keyStatus: keyStatus)
-    }
-
-    /// The envelope stored on `topic` under `idempotencyKey`, if any.
-    static func storedEnvelope(topic: String, idempotencyKey: Data, db: Database) throws -> WireEnvelope? {
-        try Row.fetchOne(
-            db.cachedStatement(
-                sql: "SELECT \(envelopeColumns) FROM envelopes WHERE topic = ? AND idempotency_key = ?"),
-            arguments: [topic, idempotencyKey]
-        ).map(envelope)
-    }
-
-    /// Everything the checks of a publish read about its topic: its head,
-    /// the keys it holds (nil: current; else the last seq it may read) and
-    /// whether it was deleted.
-    static func topicState(
-        _ topic: String, db: Database
-    ) throws -> (head: AppendRules.Head, keys: [Data: Int64?], deleted: Bool) {
-        let row = try Row.fetchOne(
-            db.cachedStatement(sql: "SELECT last_seq, last_control_seq, bytes FROM topics WHERE name = ?"),
-            arguments: [topic])
-        var keys: [Data: Int64?] = [:]
-        let rows = try Row.fetchCursor(
-            db.cachedStatement(sql: "SELECT access_key, valid_through FROM topic_keys WHERE topic = ?"),
-            arguments: [topic])
-        while let key = try rows.next() { keys[key["access_key"] as Data] = key["valid_through"] as Int64? }
-        let deleted =
-            try Bool.fetchOne(
-                db.cachedStatement(sql: "SELECT EXISTS (SELECT 1 FROM deleted_topics WHERE topic = ?)"),
-                arguments: [topic]) ?? false
-        return (head(row), keys, deleted)
-    }
-
-    /// The last publish-log record whose entries these tables hold.
-    static func appliedLogRecord(db: Database) throws -> UInt64 {
-        UInt64(max(0, try Int64.fetchOne(db, sql: "SELECT applied FROM publish_log WHERE id = 1") ?? 0))
-    }
-
-    static func setAppliedLogRecord(_ number: UInt64, db: Database) throws {
-        try db.cachedStatement(sql: "UPDATE publish_log SET applied = ? WHERE id = 1")
-            .execute(arguments: [Int64(clamping: number)])
+        return AppendRules.retry(of: envelope(row), keyStatus: keyStatus)
     }
 
     private static func status(topic: String, key: Data, db: Database) throws -> AccessKeyStatus {
@@ -302,26 +253,20 @@ public final class SQLiteRelayStore: RelayStore {
 
     public func deleteTopic(_ topic: String, accessKey: Data, nowMilliseconds: Int64) async throws -> TopicDeletion {
         try await pool.write { db in
-            try Self.deleteTopic(topic, accessKey: accessKey, nowMilliseconds: nowMilliseconds, db: db)
+            switch try Self.status(topic: topic, key: accessKey, db: db) {
+            case .deleted: return .alreadyDeleted
+            case .current: break
+            case let other: return .refused(other)
+            }
+            try db.execute(sql: "DELETE FROM envelopes WHERE topic = ?", arguments: [topic])
+            let envelopes = db.changesCount
+            try db.execute(sql: "DELETE FROM topic_keys WHERE topic = ?", arguments: [topic])
+            try db.execute(sql: "DELETE FROM topics WHERE name = ?", arguments: [topic])
+            try db.execute(
+                sql: "INSERT INTO deleted_topics (topic, deleted_at_ms) VALUES (?, ?)",
+                arguments: [topic, nowMilliseconds])
+            return .deleted(envelopes: envelopes)
         }
-    }
-
-    static func deleteTopic(
-        _ topic: String, accessKey: Data, nowMilliseconds: Int64, db: Database
-    ) throws -> TopicDeletion {
-        switch try status(topic: topic, key: accessKey, db: db) {
-        case .deleted: return .alreadyDeleted
-        case .current: break
-        case let other: return .refused(other)
-        }
-        try db.execute(sql: "DELETE FROM envelopes WHERE topic = ?", arguments: [topic])
-        let envelopes = db.changesCount
-        try db.execute(sql: "DELETE FROM topic_keys WHERE topic = ?", arguments: [topic])
-        try db.execute(sql: "DELETE FROM topics WHERE name = ?", arguments: [topic])
-        try db.execute(
-            sql: "INSERT INTO deleted_topics (topic, deleted_at_ms) VALUES (?, ?)",
-            arguments: [topic, nowMilliseconds])
-        return .deleted(envelopes: envelopes)
     }
 
     public func fetch(
@@ -409,28 +354,23 @@ public final class SQLiteRelayStore: RelayStore {
 
     public func deleteExpired(nowMilliseconds: Int64, inboxCutoffMilliseconds: Int64) async throws -> Int {
         try await pool.write { db in
-            try Self.deleteExpired(
-                nowMilliseconds: nowMilliseconds, inboxCutoffMilliseconds: inboxCutoffMilliseconds, db: db)
+            let condition = """
+                ((expires_at_ms > 0 AND expires_at_ms < :now)
+                 OR (:cutoff > 0 AND topic LIKE 'inbox/%' AND server_time_ms < :cutoff))
+                """
+            let arguments: StatementArguments = ["now": nowMilliseconds, "cutoff": inboxCutoffMilliseconds]
+            // Quotas count stored bytes, so deleted payloads give them back.
+            try db.execute(
+                sql: """
+                    UPDATE topics SET bytes = bytes - (
+                        SELECT COALESCE(SUM(length(payload)), 0) FROM envelopes
+                        WHERE envelopes.topic = topics.name AND \(condition))
+                    WHERE name IN (SELECT DISTINCT topic FROM envelopes WHERE \(condition))
+                    """,
+                arguments: arguments)
+            try db.execute(sql: "DELETE FROM envelopes WHERE \(condition)", arguments: arguments)
+            return db.changesCount
         }
-    }
-
-    static func deleteExpired(nowMilliseconds: Int64, inboxCutoffMilliseconds: Int64, db: Database) throws -> Int {
-        let condition = """
-            ((expires_at_ms > 0 AND expires_at_ms < :now)
-             OR (:cutoff > 0 AND topic LIKE 'inbox/%' AND server_time_ms < :cutoff))
-            """
-        let arguments: StatementArguments = ["now": nowMilliseconds, "cutoff": inboxCutoffMilliseconds]
-        // Quotas count stored bytes, so deleted payloads give them back.
-        try db.execute(
-            sql: """
-                UPDATE topics SET bytes = bytes - (
-                    SELECT COALESCE(SUM(length(payload)), 0) FROM envelopes
-                    WHERE envelopes.topic = topics.name AND \(condition))
-                WHERE name IN (SELECT DISTINCT topic FROM envelopes WHERE \(condition))
-                """,
-            arguments: arguments)
-        try db.execute(sql: "DELETE FROM envelopes WHERE \(condition)", arguments: arguments)
-        return db.changesCount
     }
 
     public func close() async throws {

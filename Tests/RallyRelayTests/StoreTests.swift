@@ -14,25 +14,17 @@ struct StoreUnderTest: Sendable {
     let remove: @Sendable () async -> Void
 }
 
-/// The stores the conformance suite runs on: the embedded store (the
-/// publish log in front of SQLite) and SQLite alone always, PostgreSQL when
-/// the run has a server (scripts/test.sh starts one).
+/// The stores the conformance suite runs on: SQLite always, PostgreSQL
+/// when the run has a server (scripts/test.sh starts one).
 enum StoreKind: String, CaseIterable, Sendable, CustomTestStringConvertible {
-    case publishLog, sqlite, postgres
+    case sqlite, postgres
 
-    static var available: [StoreKind] {
-        PostgresTestDatabase.isAvailable ? allCases : [.publishLog, .sqlite]
-    }
+    static var available: [StoreKind] { PostgresTestDatabase.isAvailable ? allCases : [.sqlite] }
 
     var testDescription: String { rawValue }
 
     func make() async throws -> StoreUnderTest {
         switch self {
-        case .publishLog:
-            let directory = try TemporaryDirectory()
-            let url = directory.storeURL
-            return StoreUnderTest(
-                open: { try PublishLogStore(url: url, fileBytes: 64 << 10) }, remove: { directory.remove() })
         case .sqlite:
             let directory = try TemporaryDirectory()
             let url = directory.storeURL

@@ -28,13 +28,11 @@ public struct TestRelay: Sendable {
         let limits = limits.onATestMachine
         var logger = Logger(label: "rally.test.relay")
         logger.logLevel = .warning
-        var configuration = RelayConfiguration(
-            port: port, dataDirectory: directory.path("data"), limits: limits, publicURL: publicURL,
-            acceptsBindOrigins: acceptsBindOrigins)
-        // Small log files, so the suites that load a relay also run it
-        // through its files' turns (ADR 0028).
-        configuration.publishLogFileBytes = 256 << 10
-        let relay = try await RunningRelay.start(configuration: configuration, logger: logger, clock: clock)
+        let relay = try await RunningRelay.start(
+            configuration: RelayConfiguration(
+                port: port, dataDirectory: directory.path("data"), limits: limits, publicURL: publicURL,
+                acceptsBindOrigins: acceptsBindOrigins),
+            logger: logger, clock: clock)
         return TestRelay(relay: relay, directory: directory)
     }
 
