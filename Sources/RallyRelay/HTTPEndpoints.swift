@@ -116,14 +116,14 @@ enum HTTPEndpoints {
 
         // Registered before the first read, so an envelope committed between
         // the read and the wait still wakes the poll.
-        let waiter = wait > .zero ? await services.hub.subscribe(topic: topic.rawValue, capacity: 1) : nil
+        let waiter = wait > .zero ? services.hub.subscribe(topic: topic.rawValue, capacity: 1) : nil
         do throws(RelayFailure) {
             var result = try await read(topic.rawValue, after: after, limit: limit, services: services)
             if let waiter, result.envelopes.isEmpty {
                 await waitForFirst(of: waiter, timeout: wait)
                 result = try await read(topic.rawValue, after: after, limit: limit, services: services)
             }
-            if let waiter { await services.hub.unsubscribe(waiter.id) }
+            if let waiter { services.hub.unsubscribe(waiter.id) }
             var response = WireFetchResponse()
             // A retired key reads up to its last seq (and a rotation in this
             // page that retires it sets that seq).
@@ -136,7 +136,7 @@ enum HTTPEndpoints {
             response.headSeq = bound.map { min($0, result.headSeq) } ?? result.headSeq
             return response
         } catch {
-            if let waiter { await services.hub.unsubscribe(waiter.id) }
+            if let waiter { services.hub.unsubscribe(waiter.id) }
             throw error
         }
     }

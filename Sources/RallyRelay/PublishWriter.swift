@@ -1,19 +1,69 @@
 import Logging
+import NIOCore
 import RallyWire
+import Synchronization
+
+/// A store that can append on the caller's thread: the embedded SQLite
+/// store, whose commit a socket's event loop runs itself (ADR 0028).
+protocol SynchronousAppending: RelayStore {
+    func appendNow(
+        _ batch: [PublishRequest], serverTimeMilliseconds: Int64
+    ) throws -> [Result<AppendResult, AppendRefusal>]
+}
 
 /// The single writer of envelopes. Publishes that arrive while a transaction
 /// is committing wait and go into the next one together (group commit), so
 /// many concurrent publishers share one fsync instead of paying one each.
 /// A publish completes only after its transaction has committed.
-actor PublishWriter {
+///
+/// One queue, in submission order, and one commit at a time. Each commit
+/// runs on the event loop its oldest publish was submitted on, after that
+/// loop's reads of the tick (so everything they brought shares it), with
+/// the store's synchronous append: no hand-off between the socket, the
+/// commit and the acknowledgement (ADR 0028). A loop cannot read while it
+/// commits, so the publishes that queue meanwhile come from other loops,
+/// and the next commit goes to one of them: no loop commits twice in a row
+/// while another has publishes waiting. Publishes submitted off a loop
+/// (HTTP, tests) at the head of the queue, and every commit to a store
+/// without a synchronous append (PostgreSQL), go to a task.
+final class PublishWriter: Sendable {
     typealias Completion = @Sendable (Result<AppendResult, RelayFailure>) -> Void
 
-    private struct Pending {
+    private struct Pending: Sendable {
         let request: PublishRequest
+        /// The event loop it was submitted on, if any.
+        let loop: (any EventLoop)?
         let completion: Completion
     }
 
+    private enum Driver {
+        case idle
+        /// A commit is scheduled on, or running on, an event loop.
+        case loop
+        /// A task commits until the queue is empty.
+        case task
+    }
+
+    private struct State {
+        var queue: [Pending] = []
+        /// Bytes of the publishes waiting in `queue`.
+        var queuedBytes = 0
+        var driver = Driver.idle
+        var isClosed = false
+        /// Waiting for the queue to empty (``close()``).
+        var drained: [CheckedContinuation<Void, Never>] = []
+
+        mutating func take(upTo maxBatch: Int) -> [Pending] {
+            let count = min(maxBatch, queue.count)
+            let batch = Array(queue.prefix(count))
+            queue.removeFirst(count)
+            queuedBytes -= batch.reduce(0) { $0 + $1.request.queuedBytes }
+            return batch
+        }
+    }
+
     private let store: any RelayStore
+    private let synchronousStore: (any SynchronousAppending)?
     private let hub: TopicHub
     private let clock: any RelayClock
     private let metrics: RelayMetrics
@@ -21,12 +71,7 @@ actor PublishWriter {
     private let maxQueueBytes: Int
     private let logger: Logger
     private let push: PushDispatcher?
-
-    private var queue: [Pending] = []
-    /// Bytes of the publishes waiting in `queue`.
-    private(set) var queuedBytes = 0
-    private var flushTask: Task<Void, Never>?
-    private var isClosed = false
+    private let state = Mutex(State())
 
     init(
         store: any RelayStore, hub: TopicHub, clock: any RelayClock, metrics: RelayMetrics, maxBatch: Int,
@@ -35,6 +80,7 @@ actor PublishWriter {
         self.push = push
         self.maxQueueBytes = max(1, maxQueueBytes)
         self.store = store
+        synchronousStore = store as? any SynchronousAppending
         self.hub = hub
         self.clock = clock
         self.metrics = metrics
@@ -44,28 +90,61 @@ actor PublishWriter {
 
     /// Queues a publish. Publishes submitted one after another by the same
     /// caller are committed in that order. `completion` runs once, after
-    /// the commit (or failure), on the writer; it must not block.
-    func submit(_ request: PublishRequest, completion: @escaping Completion) {
-        guard !isClosed else {
-            completion(.failure(RelayFailure(.shuttingDown, "the relay is shutting down")))
-            return
-        }
+    /// the commit (or failure); it must not block. Given `loop` (the
+    /// caller runs on it), an idle writer commits there.
+    func submit(_ request: PublishRequest, on loop: (any EventLoop)? = nil, completion: @escaping Completion) {
         let size = request.queuedBytes
-        // Bounded by bytes, not only by count: a burst of large publishes
-        // must not hold unbounded memory while a commit is slow.
-        guard queue.isEmpty || queuedBytes + size <= maxQueueBytes else {
-            completion(
-                .failure(
+        let outcome: Result<Next, RelayFailure> = state.withLock { state in
+            guard !state.isClosed else {
+                return .failure(RelayFailure(.shuttingDown, "the relay is shutting down"))
+            }
+            // Bounded by bytes, not only by count: a burst of large
+            // publishes must not hold unbounded memory while a commit is
+            // slow.
+            guard state.queue.isEmpty || state.queuedBytes + size <= maxQueueBytes else {
+                return .failure(
                     RelayFailure(
-                        .rateLimited, "the relay's write queue is full", retryAfterMilliseconds: Self.queueFullRetry)))
-            return
+                        .rateLimited, "the relay's write queue is full", retryAfterMilliseconds: Self.queueFullRetry))
+            }
+            state.queuedBytes += size
+            state.queue.append(Pending(request: request, loop: loop, completion: completion))
+            guard state.driver == .idle else { return .success(Next.none) }
+            return .success(next(&state))
         }
-        queuedBytes += size
-        queue.append(Pending(request: request, completion: completion))
-        if flushTask == nil {
+        switch outcome {
+        case .failure(let failure): completion(.failure(failure))
+        case .success(let next): start(next)
+        }
+    }
+
+    private enum Next {
+        case none
+        case loop(any EventLoop)
+        case task
+    }
+
+    /// Who commits the queue's head next; sets the driver.
+    private func next(_ state: inout State) -> Next {
+        guard let head = state.queue.first else {
+            becomeIdle(&state)
+            return .none
+        }
+        if let loop = head.loop, synchronousStore != nil {
+            state.driver = .loop
+            return .loop(loop)
+        }
+        state.driver = .task
+        return .task
+    }
+
+    private func start(_ next: Next) {
+        switch next {
+        case .none: break
+        case .loop(let loop): loop.execute { self.commitOnLoop() }
+        case .task:
             // Unstructured on purpose: a publisher that goes away must not
             // cancel the transaction that carries other publishers' data.
-            flushTask = Task { await self.flushLoop() }
+            Task { await self.commitOnTask() }
         }
     }
 
@@ -79,34 +158,69 @@ actor PublishWriter {
     }
 
     /// Publishes waiting for the next transaction.
-    var queuedCount: Int { queue.count }
+    var queuedCount: Int { state.withLock { $0.queue.count } }
+
+    /// Bytes of the publishes waiting for the next transaction.
+    var queuedBytes: Int { state.withLock { $0.queuedBytes } }
 
     /// Refuses new publishes and waits until every queued one is committed.
     func close() async {
-        isClosed = true
-        await flushTask?.value
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let done = state.withLock { state in
+                state.isClosed = true
+                guard state.driver != .idle || !state.queue.isEmpty else { return true }
+                state.drained.append(continuation)
+                return false
+            }
+            if done { continuation.resume() }
+        }
     }
 
-    private func flushLoop() async {
-        while !queue.isEmpty {
-            let count = min(maxBatch, queue.count)
-            let batch = Array(queue.prefix(count))
-            queue.removeFirst(count)
-            queuedBytes -= batch.reduce(0) { $0 + $1.request.queuedBytes }
-            await commit(batch)
+    /// One commit on this loop, blocking it for the commit's fsync as
+    /// Redis's thread does; then the next one goes where `next` says.
+    private func commitOnLoop() {
+        let batch = state.withLock { $0.take(upTo: maxBatch) }
+        if !batch.isEmpty, let synchronousStore {
+            let started = ContinuousClock.now
+            let result = Result {
+                try synchronousStore.appendNow(batch.map(\.request), serverTimeMilliseconds: clock.nowMilliseconds)
+            }
+            settle(batch, result, started: started)
         }
-        flushTask = nil
+        start(state.withLock { next(&$0) })
     }
 
-    private func commit(_ batch: [Pending]) async {
-        let started = ContinuousClock.now
-        let result: Result<[Result<AppendResult, AppendRefusal>], any Error>
-        do {
-            result = .success(
-                try await store.append(batch.map(\.request), serverTimeMilliseconds: clock.nowMilliseconds))
-        } catch {
-            result = .failure(error)
+    /// Commits through the store's asynchronous append until the queue is
+    /// empty or its head belongs to a loop.
+    private func commitOnTask() async {
+        while true {
+            let batch = state.withLock { $0.take(upTo: maxBatch) }
+            if !batch.isEmpty {
+                let started = ContinuousClock.now
+                let result: Result<[Result<AppendResult, AppendRefusal>], any Error>
+                do {
+                    result = .success(
+                        try await store.append(batch.map(\.request), serverTimeMilliseconds: clock.nowMilliseconds))
+                } catch {
+                    result = .failure(error)
+                }
+                settle(batch, result, started: started)
+            }
+            let after = state.withLock { next(&$0) }
+            guard case .task = after else { return start(after) }
         }
+    }
+
+    private func becomeIdle(_ state: inout State) {
+        state.driver = .idle
+        for waiter in state.drained { waiter.resume() }
+        state.drained = []
+    }
+
+    private func settle(
+        _ batch: [Pending], _ result: Result<[Result<AppendResult, AppendRefusal>], any Error>,
+        started: ContinuousClock.Instant
+    ) {
         metrics.commitLatency.record(ContinuousClock.now - started)
         metrics.commitBatchSize.record(Double(batch.count))
         switch result {
@@ -119,7 +233,7 @@ actor PublishWriter {
             metrics.duplicates.increment(by: Int64(stored.count - fresh.count))
             // Live subscribers get the envelopes before publishers get acks,
             // so an ack implies the envelope is visible everywhere.
-            await hub.deliver(items: fresh)
+            hub.deliver(items: fresh)
             if let push {
                 // Handed over without waiting: pushing never holds a publish.
                 for (pending, appended) in zip(batch, results) where pending.request.shouldPush {

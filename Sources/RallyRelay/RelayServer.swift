@@ -96,7 +96,7 @@ public final class RelayServer: Service, Sendable, CustomStringConvertible {
                 // Ends live subscriptions and long-polls, so open requests do
                 // not hold the shutdown for their full wait.
                 Task {
-                    await services.hub.shutdown()
+                    services.hub.shutdown()
                     await services.rooms.shutdown()
                 }
             }
@@ -104,7 +104,7 @@ public final class RelayServer: Service, Sendable, CustomStringConvertible {
             failure = error
         }
         await listening.fail(failure ?? CancellationError())
-        await services.hub.shutdown()
+        services.hub.shutdown()
         await services.writer.close()
         await services.push.shutdown()
         do {

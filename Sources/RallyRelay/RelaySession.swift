@@ -39,9 +39,19 @@ actor RelaySession {
     nonisolated let challengeNonce: Data
     /// The client's IP address: the key of the per-IP limits.
     nonisolated let remoteIP: String
-    /// Topic proofs verified on this connection; publishes are the hot
-    /// path, so a proof's signature is checked once per topic and key.
-    private var verifiedProofs: Set<ProofKey> = []
+    /// What a publish's checks read and change, under a lock: a publish
+    /// is also checked on the socket's event loop, outside this actor
+    /// (ADR 0028).
+    private struct PublishGate {
+        /// The authenticated inbox, once there is one (it never changes).
+        var inboxID: InboxID?
+        var bucket: TokenBucket
+        /// Topic proofs verified on this connection; publishes are the hot
+        /// path, so a proof's signature is checked once per topic and key.
+        var verifiedProofs: Set<ProofKey> = []
+    }
+
+    private nonisolated let gate: Mutex<PublishGate>
     /// When the client last sent something, on the relay's clock, in
     /// nanoseconds: the relay's deadline sweeper reads it for every
     /// connection without waiting for each actor.
@@ -53,7 +63,6 @@ actor RelaySession {
     private let acks: AsyncStream<WireServerFrame>
     private let ackContinuation: AsyncStream<WireServerFrame>.Continuation
     private(set) var inboxID: InboxID?
-    private var bucket: TokenBucket
     private var subscriptions: [String: ActiveSubscription] = [:]
     private var nextGeneration: UInt64 = 1
     private var isClosed = false
@@ -79,9 +88,11 @@ actor RelaySession {
         for index in nonce.indices { nonce[index] = UInt8.random(in: .min ... .max, using: &generator) }
         self.challengeNonce = nonce
         (acks, ackContinuation) = AsyncStream.makeStream(of: WireServerFrame.self)
-        bucket = TokenBucket(
-            ratePerSecond: services.limits.publishRatePerSecond, burst: services.limits.publishBurst,
-            now: services.clock.monotonic)
+        gate = Mutex(
+            PublishGate(
+                bucket: TokenBucket(
+                    ratePerSecond: services.limits.publishRatePerSecond, burst: services.limits.publishBurst,
+                    now: services.clock.monotonic)))
     }
 
     /// The first frame of every connection.
@@ -139,7 +150,7 @@ actor RelaySession {
         now.nanoseconds - lastActivityNanoseconds.load(ordering: .relaxed) >= services.limits.idleTimeout.nanoseconds
     }
 
-    private func noteActivity() {
+    private nonisolated func noteActivity() {
         lastActivityNanoseconds.store(services.clock.monotonic.nanoseconds, ordering: .relaxed)
     }
 
@@ -179,7 +190,7 @@ actor RelaySession {
         do throws(RelayFailure) {
             switch frame.body {
             case .authenticate(let auth): try await authenticate(auth, requestID: requestID)
-            case .publish(let publish): try await self.publish(publish, requestID: requestID)
+            case .publish(let publish): try self.publish(publish, requestID: requestID)
             case .subscribe(let subscribe): try await self.subscribe(subscribe, requestID: requestID)
             case .unsubscribe(let unsubscribe): try await self.unsubscribe(unsubscribe, requestID: requestID)
             case .ping(let ping): try await pong(ping, requestID: requestID)
@@ -213,6 +224,7 @@ actor RelaySession {
             throw RelayFailure(.invalidRequest, "this connection is already authenticated as another inbox")
         }
         inboxID = verified
+        gate.withLock { $0.inboxID = verified }
         isAuthenticated.store(true, ordering: .relaxed)
         var authenticated = WireAuthenticated()
         authenticated.inboxID = verified.rawValue
@@ -222,13 +234,15 @@ actor RelaySession {
     /// Checks a proof for `topic` on this connection: the signature over
     /// the relay's origin, the challenge nonce and the topic. Returns the
     /// access key (the caller checks it against the topic's chain).
-    private func verifiedAccessKey(_ proof: WireTopicProof?, topic: TopicName) throws(RelayFailure) -> Data? {
+    private nonisolated func verifiedAccessKey(
+        _ proof: WireTopicProof?, topic: TopicName
+    ) throws(RelayFailure) -> Data? {
         guard topic.kind != .inbox else { return nil }
         guard let proof, !proof.accessKey.isEmpty else {
             throw RelayFailure(.forbidden, "this topic needs a topic proof", topic: topic.rawValue)
         }
         let cacheKey = ProofKey(topic: topic.rawValue, accessKey: proof.accessKey)
-        if verifiedProofs.contains(cacheKey) { return proof.accessKey }
+        if gate.withLock({ $0.verifiedProofs.contains(cacheKey) }) { return proof.accessKey }
         let valid = services.origins.current.contains { origin in
             TopicAccess.isValid(
                 proof,
@@ -238,33 +252,65 @@ actor RelaySession {
         guard valid else {
             throw RelayFailure(.forbidden, "the topic proof does not verify on this connection", topic: topic.rawValue)
         }
-        if verifiedProofs.count >= 4 * services.limits.maxSubscriptionsPerConnection { verifiedProofs.removeAll() }
-        verifiedProofs.insert(cacheKey)
+        gate.withLock { gate in
+            if gate.verifiedProofs.count >= 4 * services.limits.maxSubscriptionsPerConnection {
+                gate.verifiedProofs.removeAll()
+            }
+            gate.verifiedProofs.insert(cacheKey)
+        }
         return proof.accessKey
     }
 
-    private func publish(_ publish: WirePublish, requestID: UInt64) async throws(RelayFailure) {
+    private func publish(_ publish: WirePublish, requestID: UInt64) throws(RelayFailure) {
+        let acks = ackContinuation
+        try submit(publish, requestID: requestID, on: nil) { acks.yield($0) }
+    }
+
+    /// A publish the socket's event loop takes itself, while nothing else
+    /// of this connection waits for the actor (ADR 0028): checked and
+    /// queued on `loop`, answered through `answer` once committed. Returns
+    /// the refusal to send instead when a check fails.
+    nonisolated func publishOnLoop(
+        _ publish: WirePublish, requestID: UInt64, loop: any EventLoop,
+        answer: @escaping @Sendable (WireServerFrame) -> Void
+    ) -> RelayFailure? {
+        noteActivity()
+        do throws(RelayFailure) {
+            try submit(publish, requestID: requestID, on: loop, answer: answer)
+            return nil
+        } catch {
+            return error
+        }
+    }
+
+    /// The checks of a publish, in order, then the writer; `answer` gets
+    /// the ack or the writer's refusal.
+    private nonisolated func submit(
+        _ publish: WirePublish, requestID: UInt64, on loop: (any EventLoop)?,
+        answer: @escaping @Sendable (WireServerFrame) -> Void
+    ) throws(RelayFailure) {
         let topic = try services.validateTopic(publish.topic, forCapability: true)
         let accessKey = try verifiedAccessKey(publish.hasProof ? publish.proof : nil, topic: topic)
         let request = try services.validatePublish(publish, accessKey: accessKey)
-        if case .limited(let retryAfter) = bucket.take(now: services.clock.monotonic) {
+        let now = services.clock.monotonic
+        let (taken, identity) = gate.withLock { ($0.bucket.take(now: now), $0.inboxID) }
+        if case .limited(let retryAfter) = taken {
             throw RelayFailure(
                 .rateLimited, "too many publishes on this connection", topic: request.topic,
                 retryAfterMilliseconds: retryAfter)
         }
-        try services.checkPublishRate(ip: remoteIP, identity: inboxID, topic: request.topic)
-        let acks = ackContinuation
+        try services.checkPublishRate(ip: remoteIP, identity: identity, topic: request.topic)
         let services = services
-        await services.writer.submit(request) { result in
+        services.writer.submit(request, on: loop) { result in
             switch result {
             case .success(let appended):
                 var frame = WireServerFrame()
                 frame.requestID = requestID
                 frame.publishAck = appended.ack
-                acks.yield(frame)
+                answer(frame)
             case .failure(var failure):
                 failure.topic = request.topic
-                acks.yield(services.errorFrame(failure, requestID: requestID))
+                answer(services.errorFrame(failure, requestID: requestID))
             }
         }
     }

@@ -5,7 +5,7 @@ public import RallyWire
 
 /// The embedded store: one SQLite file in WAL mode with `synchronous=FULL`,
 /// so a returned `append` has reached the disk.
-public final class SQLiteRelayStore: RelayStore {
+public final class SQLiteRelayStore: RelayStore, SynchronousAppending {
     /// Internal for the durability test, which reads its writer's pragma.
     let pool: DatabasePool
 
@@ -103,6 +103,18 @@ public final class SQLiteRelayStore: RelayStore {
     ) async throws -> [Result<AppendResult, AppendRefusal>] {
         guard !batch.isEmpty else { return [] }
         return try await pool.write { db in
+            try batch.map { try Self.append($0, serverTime: serverTimeMilliseconds, db: db) }
+        }
+    }
+
+    /// The same append on the caller's thread: a socket's event loop
+    /// commits with it and waits for the fsync there, as Redis's one thread
+    /// does (ADR 0028).
+    func appendNow(
+        _ batch: [PublishRequest], serverTimeMilliseconds: Int64
+    ) throws -> [Result<AppendResult, AppendRefusal>] {
+        guard !batch.isEmpty else { return [] }
+        return try pool.write { db in
             try batch.map { try Self.append($0, serverTime: serverTimeMilliseconds, db: db) }
         }
     }

@@ -46,7 +46,7 @@ struct SubscriptionFeed: Sendable {
     func run() async -> Outcome {
         let hub = services.hub
         let capacity = services.limits.subscriberBufferSize
-        var subscription = await hub.subscribe(topic: topic, capacity: capacity)
+        var subscription = hub.subscribe(topic: topic, capacity: capacity)
         var progress = Progress(lastSent: cursor, bound: readBound)
         do {
             if let accessKey, let name = try? TopicName(validating: topic) {
@@ -59,13 +59,13 @@ struct SubscriptionFeed: Sendable {
             var resyncs = 0
             while true {
                 try await replayBacklog(&progress)
-                guard await hub.endReason(subscription.id) == .overflowed else { break }
+                guard hub.endReason(subscription.id) == .overflowed else { break }
                 // The buffer filled while the backlog was replayed; the store
                 // still has everything, so start a fresh buffer and read on.
-                await hub.unsubscribe(subscription.id)
+                hub.unsubscribe(subscription.id)
                 guard resyncs < services.limits.maxCatchUpResyncs else { return await slowConsumer() }
                 resyncs += 1
-                subscription = await hub.subscribe(topic: topic, capacity: capacity)
+                subscription = hub.subscribe(topic: topic, capacity: capacity)
             }
             var subscribed = WireSubscribed()
             subscribed.topic = topic
@@ -87,13 +87,13 @@ struct SubscriptionFeed: Sendable {
                 try await deliver(item.envelope, retiredKey: item.retiredKey, frame: item.frame, &progress)
             }
             try Task.checkCancellation()
-            switch await hub.unsubscribe(subscription.id) {
+            switch hub.unsubscribe(subscription.id) {
             case .overflowed?: return await slowConsumer()
             case .shutDown?: return await shuttingDown()
             default: return .stopped
             }
         } catch is Revoked {
-            await hub.unsubscribe(subscription.id)
+            hub.unsubscribe(subscription.id)
             let bound = progress.bound ?? progress.lastSent
             let failure = RelayFailure(
                 .accessRevoked, "this access key was replaced; it may read up to seq \(bound)", topic: topic,
@@ -102,11 +102,11 @@ struct SubscriptionFeed: Sendable {
             try? await send(services.errorFrame(failure, requestID: progress.subscribed ? 0 : requestID))
             return .revoked
         } catch let failure as RelayFailure {
-            await hub.unsubscribe(subscription.id)
+            hub.unsubscribe(subscription.id)
             try? await send(services.errorFrame(failure, requestID: progress.subscribed ? 0 : requestID))
             return .failed
         } catch {
-            await hub.unsubscribe(subscription.id)
+            hub.unsubscribe(subscription.id)
             return .stopped
         }
     }

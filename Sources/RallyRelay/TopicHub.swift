@@ -1,6 +1,7 @@
 import Foundation
 import NIOCore
 import RallyWire
+import Synchronization
 
 /// Live fan-out of committed envelopes to the subscribers of each topic.
 ///
@@ -8,7 +9,11 @@ import RallyWire
 /// subscriber whose buffer is full is cut off (its stream finishes with
 /// `.overflowed`). The store holds everything, so a cut-off subscriber loses
 /// nothing: it resubscribes from its cursor.
-actor TopicHub {
+///
+/// A lock, not an actor: a commit on a socket's event loop hands its
+/// envelopes over without leaving the loop (ADR 0028). Nothing under the
+/// lock waits: a yield into a bounded stream returns at once.
+final class TopicHub: Sendable {
     /// A committed envelope and, for a key rotation, the key it retired.
     struct Item: Sendable, Equatable {
         let envelope: WireEnvelope
@@ -35,24 +40,43 @@ actor TopicHub {
         let continuation: AsyncStream<Item>.Continuation
     }
 
-    private var entries: [UInt64: Entry] = [:]
-    private var byTopic: [String: Set<UInt64>] = [:]
-    private var endedReasons: [UInt64: EndReason] = [:]
-    private var nextID: UInt64 = 1
-    private var isShutDown = false
+    private struct State {
+        var entries: [UInt64: Entry] = [:]
+        var byTopic: [String: Set<UInt64>] = [:]
+        var endedReasons: [UInt64: EndReason] = [:]
+        var nextID: UInt64 = 1
+        var isShutDown = false
+
+        mutating func end(_ id: UInt64, reason: EndReason) {
+            guard let entry = entries.removeValue(forKey: id) else { return }
+            removeFromTopic(id, entry.topic)
+            endedReasons[id] = reason
+            entry.continuation.finish()
+        }
+
+        mutating func removeFromTopic(_ id: UInt64, _ topic: String) {
+            byTopic[topic]?.remove(id)
+            if byTopic[topic]?.isEmpty == true { byTopic[topic] = nil }
+        }
+    }
+
+    private let state = Mutex(State())
 
     /// Starts buffering live envelopes of `topic` for a new subscriber.
     func subscribe(topic: String, capacity: Int) -> Subscription {
         let (stream, continuation) = AsyncStream<Item>.makeStream(
             bufferingPolicy: .bufferingOldest(max(1, capacity)))
-        let id = nextID
-        nextID += 1
-        if isShutDown {
-            continuation.finish()
-            endedReasons[id] = .shutDown
-        } else {
-            entries[id] = Entry(topic: topic, continuation: continuation)
-            byTopic[topic, default: []].insert(id)
+        let id = state.withLock { state in
+            let id = state.nextID
+            state.nextID += 1
+            if state.isShutDown {
+                continuation.finish()
+                state.endedReasons[id] = .shutDown
+            } else {
+                state.entries[id] = Entry(topic: topic, continuation: continuation)
+                state.byTopic[topic, default: []].insert(id)
+            }
+            return id
         }
         return Subscription(id: id, topic: topic, items: stream)
     }
@@ -60,16 +84,18 @@ actor TopicHub {
     /// Removes a subscriber and returns why its stream ended, if it did.
     @discardableResult
     func unsubscribe(_ id: UInt64) -> EndReason? {
-        if let ended = endedReasons.removeValue(forKey: id) { return ended }
-        guard let entry = entries.removeValue(forKey: id) else { return nil }
-        removeFromTopic(id, entry.topic)
-        entry.continuation.finish()
-        return nil
+        state.withLock { state in
+            if let ended = state.endedReasons.removeValue(forKey: id) { return ended }
+            guard let entry = state.entries.removeValue(forKey: id) else { return nil }
+            state.removeFromTopic(id, entry.topic)
+            entry.continuation.finish()
+            return nil
+        }
     }
 
     /// Why a subscriber's stream finished, or nil if it is still live.
     func endReason(_ id: UInt64) -> EndReason? {
-        endedReasons[id]
+        state.withLock { $0.endedReasons[id] }
     }
 
     /// Offers committed envelopes, in commit order, to every subscriber of
@@ -83,19 +109,22 @@ actor TopicHub {
     func deliver(items: [Item]) -> Int {
         var delivered = 0
         for var item in items {
-            guard let ids = byTopic[item.envelope.topic] else { continue }
+            // Encoded outside the lock, and only for a topic someone follows.
+            guard state.withLock({ $0.byTopic[item.envelope.topic] != nil }) else { continue }
             item.frame = Self.encodedFrame(item.envelope)
-            for id in ids {
-                guard let entry = entries[id] else { continue }
-                switch entry.continuation.yield(item) {
-                case .enqueued:
-                    delivered += 1
-                case .dropped:
-                    end(id, reason: .overflowed)
-                case .terminated:
-                    end(id, reason: .unsubscribed)
-                @unknown default:
-                    end(id, reason: .overflowed)
+            state.withLock { state in
+                for id in state.byTopic[item.envelope.topic] ?? [] {
+                    guard let entry = state.entries[id] else { continue }
+                    switch entry.continuation.yield(item) {
+                    case .enqueued:
+                        delivered += 1
+                    case .dropped:
+                        state.end(id, reason: .overflowed)
+                    case .terminated:
+                        state.end(id, reason: .unsubscribed)
+                    @unknown default:
+                        state.end(id, reason: .overflowed)
+                    }
                 }
             }
         }
@@ -111,26 +140,16 @@ actor TopicHub {
 
     /// Ends every subscription; later subscriptions end at once.
     func shutdown() {
-        isShutDown = true
-        for id in Array(entries.keys) { end(id, reason: .shutDown) }
+        state.withLock { state in
+            state.isShutDown = true
+            for id in Array(state.entries.keys) { state.end(id, reason: .shutDown) }
+        }
     }
 
     /// The topics with a subscriber on this node.
-    func followedTopics() -> [String] { Array(byTopic.keys) }
+    func followedTopics() -> [String] { state.withLock { Array($0.byTopic.keys) } }
 
     func subscriberCount(topic: String) -> Int {
-        byTopic[topic]?.count ?? 0
-    }
-
-    private func end(_ id: UInt64, reason: EndReason) {
-        guard let entry = entries.removeValue(forKey: id) else { return }
-        removeFromTopic(id, entry.topic)
-        endedReasons[id] = reason
-        entry.continuation.finish()
-    }
-
-    private func removeFromTopic(_ id: UInt64, _ topic: String) {
-        byTopic[topic]?.remove(id)
-        if byTopic[topic]?.isEmpty == true { byTopic[topic] = nil }
+        state.withLock { $0.byTopic[topic]?.count ?? 0 }
     }
 }

@@ -169,9 +169,9 @@ struct CapabilityTests {
         async let created = services.writer.publish(Self.publish("create", control: true, expected: 0))
         await store.waitUntilHeld()
         async let winner = services.writer.publish(Self.publish("A", idempotency: "a", control: true, expected: 1))
-        while await services.writer.queuedCount < 1 { await Task.yield() }
+        while services.writer.queuedCount < 1 { await Task.yield() }
         async let loser = services.writer.publish(Self.publish("B", idempotency: "b", control: true, expected: 1))
-        while await services.writer.queuedCount < 2 { await Task.yield() }
+        while services.writer.queuedCount < 2 { await Task.yield() }
         await store.open()
         #expect(try await created.get().envelope.seq == 1)
         #expect(try await winner.get().envelope.seq == 2)

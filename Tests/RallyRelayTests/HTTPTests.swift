@@ -165,7 +165,7 @@ struct HTTPTests {
         _ = try await fixture.publish(publishBody(groupTopic, "old"))
         let poll = Task { try await fixture.http("GET", "/v1/topics/\(groupTopic)?after=1&wait=30") }
         // Publish only once the poll is waiting, so it must be woken.
-        while await fixture.relay.server.services.hub.subscriberCount(topic: groupTopic) == 0 {
+        while fixture.relay.server.services.hub.subscriberCount(topic: groupTopic) == 0 {
             try await Task.sleep(for: .milliseconds(2))
         }
         _ = try await fixture.publish(publishBody(groupTopic, "new"))

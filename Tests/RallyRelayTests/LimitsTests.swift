@@ -157,15 +157,15 @@ struct LimitsTests {
         // One after the other: two `async let`s may reach the writer in
         // either order, and the seqs below follow the order of arrival.
         async let queued1 = services.writer.publish(request(groupTopic, big))
-        while await services.writer.queuedCount < 1 { await Task.yield() }
+        while services.writer.queuedCount < 1 { await Task.yield() }
         async let queued2 = services.writer.publish(request(groupTopic, big))
-        while await services.writer.queuedCount < 2 { await Task.yield() }
+        while services.writer.queuedCount < 2 { await Task.yield() }
         let refused = await services.writer.publish(request(groupTopic, big))
         #expect(refused.failure?.code == .rateLimited)
         #expect(refused.failure?.retryAfterMilliseconds == PublishWriter.queueFullRetry)
         await store.open()
         #expect(try await [held.get(), queued1.get(), queued2.get()].map(\.envelope.seq) == [1, 2, 3])
-        #expect(await services.writer.queuedBytes == 0)
+        #expect(services.writer.queuedBytes == 0)
         await services.writer.close()
         try await store.close()
     }

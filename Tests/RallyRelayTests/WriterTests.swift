@@ -90,7 +90,7 @@ struct WriterTests {
                 }
             }
             // All 99 are queued before the gate opens, so they share one commit.
-            while await services.writer.queuedCount < 99 { await Task.yield() }
+            while services.writer.queuedCount < 99 { await Task.yield() }
             await store.open()
             var seqs: [UInt64] = []
             for try await seq in group { seqs.append(seq) }

@@ -81,7 +81,7 @@ struct PostgresLiveFeed: Sendable {
             }
             guard let seq = UInt64(parts[1]), seq > 0 else { continue }
             let topic = String(parts[2])
-            if followed[topic] == nil { followed[topic] = await services.hub.subscriberCount(topic: topic) > 0 }
+            if followed[topic] == nil { followed[topic] = services.hub.subscriberCount(topic: topic) > 0 }
             if followed[topic] == true { stored.append(AnnouncedEnvelope(topic: topic, seq: seq)) }
         }
         await deliver(stored)
@@ -93,7 +93,7 @@ struct PostgresLiveFeed: Sendable {
         guard !announced.isEmpty else { return }
         do {
             let items = try await store.announcedEnvelopes(announced, nowMilliseconds: services.clock.nowMilliseconds)
-            await services.hub.deliver(items: items)
+            services.hub.deliver(items: items)
         } catch {
             services.logger.error(
                 "reading envelopes other nodes stored failed",
@@ -105,7 +105,7 @@ struct PostgresLiveFeed: Sendable {
     /// it reads up from the store.
     private func nudgeFollowedTopics() async {
         var newest: [AnnouncedEnvelope] = []
-        for topic in await services.hub.followedTopics() {
+        for topic in services.hub.followedTopics() {
             guard let head = try? await services.store.headSeq(topic: topic), head > 0 else { continue }
             newest.append(AnnouncedEnvelope(topic: topic, seq: head))
         }

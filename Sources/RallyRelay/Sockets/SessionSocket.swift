@@ -142,6 +142,32 @@ final class SessionSocket: Sendable {
 
     // MARK: Receiving
 
+    /// A binary message from the socket, on its event loop. A publish that
+    /// arrives while nothing else of this connection waits is checked and
+    /// queued for the writer right here, and answered from the commit
+    /// (ADR 0028); everything else, and a publish while the socket cannot
+    /// take more writes, goes to the session in order.
+    func receivedOnLoop(_ buffer: ByteBuffer) {
+        guard channel.isWritable, inbox.withLock({ $0.isIdle }),
+            let frame = try? FrameCodec.decodeClientFrame(Data(buffer.readableBytesView)),
+            case .publish(let publish)? = frame.body
+        else {
+            received(.binary(buffer))
+            return
+        }
+        let writer = writer
+        let services = services
+        guard
+            let refusal = session.publishOnLoop(
+                publish, requestID: frame.requestID, loop: channel.eventLoop, answer: { writer.writeNow($0) })
+        else { return }
+        if refusal.isFatal {
+            received(.binary(buffer))
+        } else {
+            writer.writeNow(services.errorFrame(refusal, requestID: frame.requestID))
+        }
+    }
+
     /// A message from the socket (on its event loop), queued for the
     /// session in the order received.
     func received(_ message: Message) {
@@ -219,6 +245,13 @@ private final class SocketWriter: Sendable {
         write(ByteBuffer(bytes: FrameCodec.encode(frame)))
     }
 
+    /// Writes a frame without waiting: an answer to a publish taken on the
+    /// event loop, which took it only while the socket could take writes.
+    func writeNow(_ frame: WireServerFrame) {
+        guard !state.withLock({ $0.closed }) else { return }
+        write(ByteBuffer(bytes: FrameCodec.encode(frame)))
+    }
+
     /// Writes a frame encoded once for several sockets: the buffer's bytes
     /// are shared, not copied.
     func send(encoded: ByteBuffer) async throws {
@@ -290,7 +323,7 @@ final class SessionSocketHandler: ChannelInboundHandler {
         let frame = unwrapInboundIn(data)
         switch frame.opcode {
         case .binary:
-            socket.received(.binary(frame.unmaskedData))
+            socket.receivedOnLoop(frame.unmaskedData)
         case .text:
             socket.received(.text)
         case .ping:

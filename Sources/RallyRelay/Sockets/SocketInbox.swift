@@ -29,6 +29,10 @@ struct SocketInbox<Message> {
 
     var count: Int { queue.count }
 
+    /// Nothing waits and nothing is being handed on: a message may be
+    /// taken care of right away, ahead of no other.
+    var isIdle: Bool { !isDraining && !isClosed && queue.isEmpty }
+
     /// A message arrived. Returns whether a drain must start and whether
     /// reading must stop.
     mutating func receive(_ message: Message) -> (startDrain: Bool, pauseReading: Bool) {
