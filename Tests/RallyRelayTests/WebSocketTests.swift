@@ -88,6 +88,38 @@ struct WebSocketTests {
         await fixture.stop()
     }
 
+    @Test(
+        "publishes sent in one write with other requests between them are stored in the order sent, whether the socket's loop or the session takes them"
+    )
+    func publishOrderAcrossPaths() async throws {
+        let fixture = try await RelayFixture()
+        let owner = Identity(displayName: "Owner")
+        let topic = "inbox/" + owner.inboxID.rawValue
+        let client = try await WireClient.connect(fixture)
+        // The first publish finds nothing waiting and is taken on the
+        // socket's event loop; the ping behind it goes to the session, and
+        // so does every publish queued behind the ping (ADR 0028).
+        var frames: [Data] = []
+        for index in 1...20 {
+            frames.append(WireClientFrame.make(UInt64(index), .publish(publishBody(topic, "m\(index)"))).bytes)
+            if index % 3 == 1 {
+                var ping = WirePing()
+                ping.nonce = UInt64(index)
+                frames.append(WireClientFrame.make(1000 + UInt64(index), .ping(ping)).bytes)
+            }
+        }
+        try await client.socket.sendBinaryBurst(frames)
+        var seqByRequest: [UInt64: UInt64] = [:]
+        var pongs = 0
+        while seqByRequest.count < 20 || pongs < 7, let frame = try await client.next() {
+            if case .publishAck(let ack)? = frame.body { seqByRequest[frame.requestID] = ack.seq } else { pongs += 1 }
+        }
+        #expect(pongs == 7)
+        #expect((1...20).map { seqByRequest[UInt64($0)] } == (1...20).map { UInt64($0) })
+        await client.close()
+        await fixture.stop()
+    }
+
     @Test("a garbage frame gets MALFORMED_FRAME and a close; other connections carry on")
     func malformedFrame() async throws {
         let fixture = try await RelayFixture()

@@ -1,6 +1,9 @@
 import Foundation
+import NIOCore
+import NIOPosix
 import RallyCrypto
 import RallyWire
+import Synchronization
 import Testing
 
 @testable import RallyRelay
@@ -69,6 +72,87 @@ actor GatedStore: RelayStore {
     func close() async throws { try await inner.close() }
 }
 
+/// The embedded store with a synchronous append that records which event
+/// loop ran each commit, and holds the first one until the test lets it go
+/// (explicit synchronization: the test waits for `entered`, then signals
+/// `release`).
+final class LoopRecordingStore: SynchronousAppending {
+    private let inner: SQLiteRelayStore
+    private let loops: [any EventLoop]
+    private let held = Mutex(false)
+    let entered: AsyncStream<Void>
+    private let enteredContinuation: AsyncStream<Void>.Continuation
+    private let release = DispatchSemaphore(value: 0)
+    /// Per commit: the index in `loops` of the loop it ran on (-1: none),
+    /// and its batch size.
+    let commits = Mutex<[(loop: Int, size: Int)]>([])
+
+    init(_ inner: SQLiteRelayStore, loops: [any EventLoop]) {
+        self.inner = inner
+        self.loops = loops
+        (entered, enteredContinuation) = AsyncStream.makeStream()
+    }
+
+    func appendNow(
+        _ batch: [PublishRequest], serverTimeMilliseconds: Int64
+    ) throws -> [Result<AppendResult, AppendRefusal>] {
+        let loop = loops.firstIndex { $0.inEventLoop } ?? -1
+        commits.withLock { $0.append((loop, batch.count)) }
+        if held.withLock({ first in
+            defer { first = true }
+            return !first
+        }) {
+            enteredContinuation.yield()
+            release.wait()
+        }
+        return try inner.appendNow(batch, serverTimeMilliseconds: serverTimeMilliseconds)
+    }
+
+    func letGo() { release.signal() }
+
+    func append(
+        _ batch: [PublishRequest], serverTimeMilliseconds: Int64
+    ) async throws -> [Result<AppendResult, AppendRefusal>] {
+        let loop = loops.firstIndex { $0.inEventLoop } ?? -1
+        commits.withLock { $0.append((loop, batch.count)) }
+        return try await inner.append(batch, serverTimeMilliseconds: serverTimeMilliseconds)
+    }
+    func fetch(
+        topic: String, after: UInt64, limit: Int, maxBytes: Int, nowMilliseconds: Int64
+    ) async throws -> FetchResult {
+        try await inner.fetch(
+            topic: topic, after: after, limit: limit, maxBytes: maxBytes, nowMilliseconds: nowMilliseconds)
+    }
+    func accessKeyStatus(topic: String, key: Data) async throws -> AccessKeyStatus {
+        try await inner.accessKeyStatus(topic: topic, key: key)
+    }
+    func deleteTopic(_ topic: String, accessKey: Data, nowMilliseconds: Int64) async throws -> TopicDeletion {
+        try await inner.deleteTopic(topic, accessKey: accessKey, nowMilliseconds: nowMilliseconds)
+    }
+    func headSeq(topic: String) async throws -> UInt64 { try await inner.headSeq(topic: topic) }
+    func putKeyBundle(
+        _ bundle: WireSignedKeyBundle, inboxID: InboxID, signingPublicKey: Data, createdAtMilliseconds: Int64
+    ) async throws -> KeyBundlePutResult {
+        try await inner.putKeyBundle(
+            bundle, inboxID: inboxID, signingPublicKey: signingPublicKey, createdAtMilliseconds: createdAtMilliseconds)
+    }
+    func keyBundle(inboxID: InboxID) async throws -> WireSignedKeyBundle? {
+        try await inner.keyBundle(inboxID: inboxID)
+    }
+    func deleteExpired(nowMilliseconds: Int64, inboxCutoffMilliseconds: Int64) async throws -> Int {
+        try await inner.deleteExpired(
+            nowMilliseconds: nowMilliseconds, inboxCutoffMilliseconds: inboxCutoffMilliseconds)
+    }
+    func close() async throws { try await inner.close() }
+}
+
+/// What a publish's completion saw: its seq and whether it ran on the
+/// loop that submitted it.
+private struct Answer: Sendable {
+    let seq: UInt64
+    let onItsLoop: Bool
+}
+
 @Suite("Group commit writer", .timeLimit(.minutes(1)))
 struct WriterTests {
     @Test("concurrent publishes get gap-free seqs and share transactions")
@@ -103,6 +187,84 @@ struct WriterTests {
         #expect(try await store.headSeq(topic: groupTopic) == 100)
         await services.writer.close()
         try await store.close()
+    }
+
+    @Test(
+        "a commit runs on the event loop of its oldest publish; what queued on another loop meanwhile is committed there next, in order"
+    )
+    func commitsOnTheLoops() async throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 2)
+        let (a, b) = (group.next(), group.next())
+        #expect(a !== b)
+        let store = LoopRecordingStore(try SQLiteRelayStore(url: directory.storeURL), loops: [a, b])
+        let services = makeServices(store: store)
+        let answers = Mutex<[String: Answer]>([:])
+        let (done, finished) = AsyncStream.makeStream(of: Void.self)
+        @Sendable func submit(_ name: String, on loop: any EventLoop) {
+            services.writer.submit(request(groupTopic, name), on: loop) { result in
+                let answer = Answer(seq: (try? result.get().envelope.seq) ?? 0, onItsLoop: loop.inEventLoop)
+                answers.withLock { $0[name] = answer }
+                finished.yield()
+            }
+        }
+        a.execute { submit("first", on: a) }
+        var entered = store.entered.makeAsyncIterator()
+        _ = await entered.next()
+        // Loop a is inside its commit; loop b queues two behind it.
+        b.execute {
+            submit("second", on: b)
+            submit("third", on: b)
+        }
+        while services.writer.queuedCount < 2 { await Task.yield() }
+        store.letGo()
+        var count = 0
+        for await _ in done {
+            count += 1
+            if count == 3 { break }
+        }
+        let seen = answers.withLock { $0 }
+        #expect(seen.mapValues(\.seq) == ["first": 1, "second": 2, "third": 3])
+        let allOnTheirLoops = seen.values.allSatisfy { $0.onItsLoop }
+        #expect(allOnTheirLoops, "each ack is written from the loop that committed it")
+        let commits = store.commits.withLock { $0 }
+        #expect(commits.map(\.loop) == [0, 1])
+        #expect(commits.map(\.size) == [1, 2])
+        await services.writer.close()
+        try await store.close()
+        try await group.shutdownGracefully()
+    }
+
+    @Test("publishes from a loop to a store without a synchronous append are committed off the loop, in order")
+    func asynchronousStoreCommitsOnATask() async throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        let loop = group.next()
+        let store = GatedStore(try SQLiteRelayStore(url: directory.storeURL))
+        await store.open()
+        let services = makeServices(store: store)
+        let (answers, continuation) = AsyncStream.makeStream(of: Answer.self)
+        loop.execute {
+            for index in 1...3 {
+                services.writer.submit(request(groupTopic, "p\(index)"), on: loop) { result in
+                    continuation.yield(
+                        Answer(seq: (try? result.get().envelope.seq) ?? 0, onItsLoop: loop.inEventLoop))
+                }
+            }
+        }
+        var seen: [Answer] = []
+        for await answer in answers {
+            seen.append(answer)
+            if seen.count == 3 { break }
+        }
+        #expect(seen.map(\.seq) == [1, 2, 3])
+        let noneOnTheLoop = seen.allSatisfy { !$0.onItsLoop }
+        #expect(noneOnTheLoop)
+        await services.writer.close()
+        try await store.close()
+        try await group.shutdownGracefully()
     }
 
     @Test("100 concurrent publishers on one topic: seqs 1...100, each stored once")
