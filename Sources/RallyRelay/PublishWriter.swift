@@ -16,23 +16,20 @@ protocol SynchronousAppending: RelayStore {
 /// many concurrent publishers share one fsync instead of paying one each.
 /// A publish completes only after its transaction has committed.
 ///
-/// One queue, in submission order, and one commit at a time. Each commit
-/// runs on the event loop its oldest publish was submitted on, after that
-/// loop's reads of the tick (so everything they brought shares it), with
-/// the store's synchronous append: no hand-off between the socket, the
-/// commit and the acknowledgement (ADR 0028). A loop cannot read while it
-/// commits, so the publishes that queue meanwhile come from other loops,
-/// and the next commit goes to one of them: no loop commits twice in a row
-/// while another has publishes waiting. Publishes submitted off a loop
-/// (HTTP, tests) at the head of the queue, and every commit to a store
-/// without a synchronous append (PostgreSQL), go to a task.
+/// One queue, in submission order, and one commit at a time. A publish
+/// submitted on a socket's event loop to an idle writer is committed on that
+/// loop, after the loop's reads of this tick (so everything they brought
+/// shares the commit), with the store's synchronous append: no hand-off
+/// between the socket, the commit and the acknowledgement (ADR 0028). A
+/// loop cannot serve its other sockets while it commits, so only that first
+/// commit runs there: what queues meanwhile, publishes submitted off a loop
+/// (HTTP, tests), and every commit to a store without a synchronous append
+/// (PostgreSQL) are committed by a task, until the queue is empty.
 final class PublishWriter: Sendable {
     typealias Completion = @Sendable (Result<AppendResult, RelayFailure>) -> Void
 
     private struct Pending: Sendable {
         let request: PublishRequest
-        /// The event loop it was submitted on, if any.
-        let loop: (any EventLoop)?
         let completion: Completion
     }
 
@@ -107,9 +104,14 @@ final class PublishWriter: Sendable {
                         .rateLimited, "the relay's write queue is full", retryAfterMilliseconds: Self.queueFullRetry))
             }
             state.queuedBytes += size
-            state.queue.append(Pending(request: request, loop: loop, completion: completion))
+            state.queue.append(Pending(request: request, completion: completion))
             guard state.driver == .idle else { return .success(Next.none) }
-            return .success(next(&state))
+            if let loop, synchronousStore != nil {
+                state.driver = .loop
+                return .success(.loop(loop))
+            }
+            state.driver = .task
+            return .success(.task)
         }
         switch outcome {
         case .failure(let failure): completion(.failure(failure))
@@ -123,15 +125,12 @@ final class PublishWriter: Sendable {
         case task
     }
 
-    /// Who commits the queue's head next; sets the driver.
+    /// After a commit: a task takes what queued meanwhile, or the writer is
+    /// idle.
     private func next(_ state: inout State) -> Next {
-        guard let head = state.queue.first else {
+        guard !state.queue.isEmpty else {
             becomeIdle(&state)
             return .none
-        }
-        if let loop = head.loop, synchronousStore != nil {
-            state.driver = .loop
-            return .loop(loop)
         }
         state.driver = .task
         return .task
@@ -177,7 +176,7 @@ final class PublishWriter: Sendable {
     }
 
     /// One commit on this loop, blocking it for the commit's fsync as
-    /// Redis's thread does; then the next one goes where `next` says.
+    /// Redis's thread does; what queued meanwhile goes to a task.
     private func commitOnLoop() {
         let batch = state.withLock { $0.take(upTo: maxBatch) }
         if !batch.isEmpty, let synchronousStore {
@@ -191,7 +190,7 @@ final class PublishWriter: Sendable {
     }
 
     /// Commits through the store's asynchronous append until the queue is
-    /// empty or its head belongs to a loop.
+    /// empty.
     private func commitOnTask() async {
         while true {
             let batch = state.withLock { $0.take(upTo: maxBatch) }
@@ -206,8 +205,7 @@ final class PublishWriter: Sendable {
                 }
                 settle(batch, result, started: started)
             }
-            let after = state.withLock { next(&$0) }
-            guard case .task = after else { return start(after) }
+            guard case .task = state.withLock({ next(&$0) }) else { return }
         }
     }
 
