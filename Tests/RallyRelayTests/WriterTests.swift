@@ -8,10 +8,46 @@ import Testing
 
 @testable import RallyRelay
 
+/// A test store that changes how appends go and hands everything else to
+/// the SQLite store inside it.
+protocol ForwardingStore: RelayStore {
+    var inner: SQLiteRelayStore { get }
+}
+
+extension ForwardingStore {
+    func fetch(
+        topic: String, after: UInt64, limit: Int, maxBytes: Int, nowMilliseconds: Int64
+    ) async throws -> FetchResult {
+        try await inner.fetch(
+            topic: topic, after: after, limit: limit, maxBytes: maxBytes, nowMilliseconds: nowMilliseconds)
+    }
+    func accessKeyStatus(topic: String, key: Data) async throws -> AccessKeyStatus {
+        try await inner.accessKeyStatus(topic: topic, key: key)
+    }
+    func deleteTopic(_ topic: String, accessKey: Data, nowMilliseconds: Int64) async throws -> TopicDeletion {
+        try await inner.deleteTopic(topic, accessKey: accessKey, nowMilliseconds: nowMilliseconds)
+    }
+    func headSeq(topic: String) async throws -> UInt64 { try await inner.headSeq(topic: topic) }
+    func putKeyBundle(
+        _ bundle: WireSignedKeyBundle, inboxID: InboxID, signingPublicKey: Data, createdAtMilliseconds: Int64
+    ) async throws -> KeyBundlePutResult {
+        try await inner.putKeyBundle(
+            bundle, inboxID: inboxID, signingPublicKey: signingPublicKey, createdAtMilliseconds: createdAtMilliseconds)
+    }
+    func keyBundle(inboxID: InboxID) async throws -> WireSignedKeyBundle? {
+        try await inner.keyBundle(inboxID: inboxID)
+    }
+    func deleteExpired(nowMilliseconds: Int64, inboxCutoffMilliseconds: Int64) async throws -> Int {
+        try await inner.deleteExpired(
+            nowMilliseconds: nowMilliseconds, inboxCutoffMilliseconds: inboxCutoffMilliseconds)
+    }
+    func close() async throws { try await inner.close() }
+}
+
 /// Holds the first append until released, so a test can line up publishes
 /// behind a commit in progress.
-actor GatedStore: RelayStore {
-    private let inner: SQLiteRelayStore
+actor GatedStore: ForwardingStore {
+    nonisolated let inner: SQLiteRelayStore
     private var gate: CheckedContinuation<Void, Never>?
     private var entered: CheckedContinuation<Void, Never>?
     private var isOpen = false
@@ -42,42 +78,14 @@ actor GatedStore: RelayStore {
         gate?.resume()
         gate = nil
     }
-
-    func fetch(
-        topic: String, after: UInt64, limit: Int, maxBytes: Int, nowMilliseconds: Int64
-    ) async throws -> FetchResult {
-        try await inner.fetch(
-            topic: topic, after: after, limit: limit, maxBytes: maxBytes, nowMilliseconds: nowMilliseconds)
-    }
-    func accessKeyStatus(topic: String, key: Data) async throws -> AccessKeyStatus {
-        try await inner.accessKeyStatus(topic: topic, key: key)
-    }
-    func deleteTopic(_ topic: String, accessKey: Data, nowMilliseconds: Int64) async throws -> TopicDeletion {
-        try await inner.deleteTopic(topic, accessKey: accessKey, nowMilliseconds: nowMilliseconds)
-    }
-    func headSeq(topic: String) async throws -> UInt64 { try await inner.headSeq(topic: topic) }
-    func putKeyBundle(
-        _ bundle: WireSignedKeyBundle, inboxID: InboxID, signingPublicKey: Data, createdAtMilliseconds: Int64
-    ) async throws -> KeyBundlePutResult {
-        try await inner.putKeyBundle(
-            bundle, inboxID: inboxID, signingPublicKey: signingPublicKey, createdAtMilliseconds: createdAtMilliseconds)
-    }
-    func keyBundle(inboxID: InboxID) async throws -> WireSignedKeyBundle? {
-        try await inner.keyBundle(inboxID: inboxID)
-    }
-    func deleteExpired(nowMilliseconds: Int64, inboxCutoffMilliseconds: Int64) async throws -> Int {
-        try await inner.deleteExpired(
-            nowMilliseconds: nowMilliseconds, inboxCutoffMilliseconds: inboxCutoffMilliseconds)
-    }
-    func close() async throws { try await inner.close() }
 }
 
 /// The embedded store with a synchronous append that records which event
 /// loop ran each commit, and holds the first one until the test lets it go
 /// (explicit synchronization: the test waits for `entered`, then signals
 /// `release`).
-final class LoopRecordingStore: SynchronousAppending {
-    private let inner: SQLiteRelayStore
+final class LoopRecordingStore: SynchronousAppending, ForwardingStore {
+    let inner: SQLiteRelayStore
     private let loops: [any EventLoop]
     private let held = Mutex(false)
     let entered: AsyncStream<Void>
@@ -117,33 +125,6 @@ final class LoopRecordingStore: SynchronousAppending {
         commits.withLock { $0.append((loop, batch.count)) }
         return try await inner.append(batch, serverTimeMilliseconds: serverTimeMilliseconds)
     }
-    func fetch(
-        topic: String, after: UInt64, limit: Int, maxBytes: Int, nowMilliseconds: Int64
-    ) async throws -> FetchResult {
-        try await inner.fetch(
-            topic: topic, after: after, limit: limit, maxBytes: maxBytes, nowMilliseconds: nowMilliseconds)
-    }
-    func accessKeyStatus(topic: String, key: Data) async throws -> AccessKeyStatus {
-        try await inner.accessKeyStatus(topic: topic, key: key)
-    }
-    func deleteTopic(_ topic: String, accessKey: Data, nowMilliseconds: Int64) async throws -> TopicDeletion {
-        try await inner.deleteTopic(topic, accessKey: accessKey, nowMilliseconds: nowMilliseconds)
-    }
-    func headSeq(topic: String) async throws -> UInt64 { try await inner.headSeq(topic: topic) }
-    func putKeyBundle(
-        _ bundle: WireSignedKeyBundle, inboxID: InboxID, signingPublicKey: Data, createdAtMilliseconds: Int64
-    ) async throws -> KeyBundlePutResult {
-        try await inner.putKeyBundle(
-            bundle, inboxID: inboxID, signingPublicKey: signingPublicKey, createdAtMilliseconds: createdAtMilliseconds)
-    }
-    func keyBundle(inboxID: InboxID) async throws -> WireSignedKeyBundle? {
-        try await inner.keyBundle(inboxID: inboxID)
-    }
-    func deleteExpired(nowMilliseconds: Int64, inboxCutoffMilliseconds: Int64) async throws -> Int {
-        try await inner.deleteExpired(
-            nowMilliseconds: nowMilliseconds, inboxCutoffMilliseconds: inboxCutoffMilliseconds)
-    }
-    func close() async throws { try await inner.close() }
 }
 
 /// What a publish's completion saw: its seq and whether it ran on the
