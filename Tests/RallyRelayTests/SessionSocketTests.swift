@@ -173,6 +173,28 @@ struct SessionSocketTests {
         await fixture.stop()
     }
 
+    @Test("three hundred publishes sent without reading are all acknowledged, in the order sent, with gap-free seqs")
+    func publishFloodIsAnsweredInOrder() async throws {
+        let fixture = try await RelayFixture()
+        let client = try await WireClient.connect(fixture)
+        let topic = "inbox/" + Identity(displayName: "Owner").inboxID.rawValue
+        // Under the per-connection burst (400); the socket's event loop
+        // takes them while the socket can take writes, the session after.
+        let count = 300
+        let burst = (1...UInt64(count)).map { index in
+            WireClientFrame.make(index, .publish(publishBody(topic, "m\(index)"))).bytes
+        }
+        try await client.socket.sendBinaryBurst(burst)
+        var acks: [(request: UInt64, seq: UInt64)] = []
+        while acks.count < count, let frame = try await client.next() {
+            if case .publishAck(let ack)? = frame.body { acks.append((frame.requestID, ack.seq)) }
+        }
+        #expect(acks.map(\.request) == Array(1...UInt64(count)))
+        #expect(acks.map(\.seq) == Array(1...UInt64(count)))
+        await client.close()
+        await fixture.stop()
+    }
+
     @Test("a subscriber that stops reading is cut off with SLOW_CONSUMER, not buffered without end")
     func stalledSubscriberIsCutOff() async throws {
         var limits = RelayLimits.default
