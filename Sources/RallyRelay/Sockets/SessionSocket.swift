@@ -124,6 +124,9 @@ final class SessionSocket: Sendable {
     /// at the latest after ``closeTimeout`` (a client that stopped reading
     /// cannot hold it open).
     func closeSocket(code: WebSocketErrorCode) {
+        // Nothing follows the close frame: an ack of a publish taken on
+        // the loop may still complete after it.
+        writer.socketClosed()
         Self.close(channel, code: code)
     }
 
@@ -333,7 +336,7 @@ final class SessionSocketHandler: ChannelInboundHandler {
             // Answer the client's close with its own code, then close.
             var data = frame.unmaskedData
             let code = data.readWebSocketErrorCode() ?? .normalClosure
-            SessionSocket.close(context.channel, code: code)
+            socket.closeSocket(code: code)
         default:
             // Pongs and (aggregated away) continuations carry nothing here.
             break
