@@ -206,6 +206,12 @@ let package = Package(
             dependencies: [
                 "RallyRelay", "RallyWire", "RallyCrypto", "RallyTestSupport", "RallyWireLoad",
                 .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
+                // The writer's and the socket's event-loop paths, driven on
+                // real and embedded loops.
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOEmbedded", package: "swift-nio"),
+                .product(name: "NIOWebSocket", package: "swift-nio"),
             ],
             swiftSettings: strictImports
         ),

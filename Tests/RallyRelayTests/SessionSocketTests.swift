@@ -1,4 +1,7 @@
 import Foundation
+import NIOCore
+import NIOEmbedded
+import NIOWebSocket
 import RallyCrypto
 import RallyWire
 import Testing
@@ -299,5 +302,68 @@ struct SessionSocketTests {
         #expect(over?.hasPrefix("HTTP/1.1 400") == true)
         #expect(over?.lowercased().contains("connection: close") == true)
         await fixture.stop()
+    }
+}
+
+/// Which path a publish takes, on an embedded channel whose writability
+/// the test sets (ADR 0028, threat model row 54).
+@Suite("Publishes on the socket's event loop", .timeLimit(.minutes(1)))
+struct LoopPublishTests {
+    static let topic = "inbox/" + Identity(displayName: "Owner").inboxID.rawValue
+
+    static func publishFrame(_ requestID: UInt64) -> ByteBuffer {
+        ByteBuffer(bytes: WireClientFrame.make(requestID, .publish(publishBody(topic, "hello"))).bytes)
+    }
+
+    static func acks(_ channel: EmbeddedChannel) throws -> [WireServerFrame] {
+        var frames: [WireServerFrame] = []
+        while let frame = try channel.readOutbound(as: WebSocketFrame.self) {
+            frames.append(try FrameCodec.decodeServerFrame(Data(frame.unmaskedData.readableBytesView)))
+        }
+        return frames
+    }
+
+    @Test("a writable socket's publish is committed and acknowledged on its event loop")
+    func writableTakesTheLoop() async throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let store = try SQLiteRelayStore(url: directory.storeURL)
+        let services = makeServices(store: store)
+        let channel = EmbeddedChannel()
+        let socket = SessionSocket(channel: channel, services: services, remoteIP: "127.0.0.1")
+        socket.startTakingMessagesForTesting()
+        socket.receivedOnLoop(Self.publishFrame(7))
+        #expect(services.writer.queuedCount == 1, "queued at once, on the loop")
+        channel.embeddedEventLoop.run()
+        let frames = try Self.acks(channel)
+        #expect(frames.map(\.requestID) == [7])
+        #expect(frames.first?.publishAck.seq == 1)
+        await services.writer.close()
+        _ = try? channel.finish()
+        try await store.close()
+    }
+
+    @Test(
+        "a socket that cannot take writes sends its publish through the session's queue, answered only by the ack pump")
+    func unwritableGoesToTheSession() async throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let store = try SQLiteRelayStore(url: directory.storeURL)
+        let services = makeServices(store: store)
+        let channel = EmbeddedChannel()
+        channel.isWritable = false
+        let socket = SessionSocket(channel: channel, services: services, remoteIP: "127.0.0.1")
+        socket.startTakingMessagesForTesting()
+        socket.receivedOnLoop(Self.publishFrame(8))
+        // The session commits it; nothing is written without the pump
+        // (which waits for the socket to take writes).
+        while try await store.headSeq(topic: Self.topic) == 0 {
+            await Task.yield()
+        }
+        await services.writer.close()
+        channel.embeddedEventLoop.run()
+        #expect(try Self.acks(channel).isEmpty)
+        _ = try? channel.finish()
+        try await store.close()
     }
 }

@@ -179,6 +179,12 @@ final class SessionSocket: Sendable {
         if startDrain { Task { await self.drain() } }
     }
 
+    /// Lets messages through without the challenge and the ack pump of
+    /// ``run()``: for tests that drive a socket on an embedded channel.
+    func startTakingMessagesForTesting() {
+        startTakingMessages()
+    }
+
     private func startTakingMessages() {
         if inbox.withLock({ $0.start() }) { Task { await self.drain() } }
     }
