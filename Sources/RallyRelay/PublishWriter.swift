@@ -33,19 +33,13 @@ final class PublishWriter: Sendable {
         let completion: Completion
     }
 
-    private enum Driver {
-        case idle
-        /// A commit is scheduled on, or running on, an event loop.
-        case loop
-        /// A task commits until the queue is empty.
-        case task
-    }
-
     private struct State {
         var queue: [Pending] = []
         /// Bytes of the publishes waiting in `queue`.
         var queuedBytes = 0
-        var driver = Driver.idle
+        /// A commit is scheduled or running, on a loop or a task; it goes
+        /// on until the queue is empty.
+        var isCommitting = false
         var isClosed = false
         /// Waiting for the queue to empty (``close()``).
         var drained: [CheckedContinuation<Void, Never>] = []
@@ -56,6 +50,16 @@ final class PublishWriter: Sendable {
             queue.removeFirst(count)
             queuedBytes -= batch.reduce(0) { $0 + $1.request.queuedBytes }
             return batch
+        }
+
+        /// After a commit: whether more waits; if not, the writer is idle
+        /// and whoever waits for that is told.
+        mutating func hasMoreElseIdle() -> Bool {
+            guard queue.isEmpty else { return true }
+            isCommitting = false
+            for waiter in drained { waiter.resume() }
+            drained = []
+            return false
         }
     }
 
@@ -91,7 +95,8 @@ final class PublishWriter: Sendable {
     /// caller runs on it), an idle writer commits there.
     func submit(_ request: PublishRequest, on loop: (any EventLoop)? = nil, completion: @escaping Completion) {
         let size = request.queuedBytes
-        let outcome: Result<Next, RelayFailure> = state.withLock { state in
+        enum Start { case none, onLoop(any EventLoop, any SynchronousAppending), onTask }
+        let outcome: Result<Start, RelayFailure> = state.withLock { state in
             guard !state.isClosed else {
                 return .failure(RelayFailure(.shuttingDown, "the relay is shutting down"))
             }
@@ -105,46 +110,23 @@ final class PublishWriter: Sendable {
             }
             state.queuedBytes += size
             state.queue.append(Pending(request: request, completion: completion))
-            guard state.driver == .idle else { return .success(Next.none) }
-            if let loop, synchronousStore != nil {
-                state.driver = .loop
-                return .success(.loop(loop))
-            }
-            state.driver = .task
-            return .success(.task)
+            guard !state.isCommitting else { return .success(Start.none) }
+            state.isCommitting = true
+            if let loop, let synchronousStore { return .success(.onLoop(loop, synchronousStore)) }
+            return .success(.onTask)
         }
         switch outcome {
         case .failure(let failure): completion(.failure(failure))
-        case .success(let next): start(next)
+        case .success(.none): break
+        case .success(.onLoop(let loop, let store)): loop.execute { self.commitOnLoop(store) }
+        case .success(.onTask): startTask()
         }
     }
 
-    private enum Next {
-        case none
-        case loop(any EventLoop)
-        case task
-    }
-
-    /// After a commit: a task takes what queued meanwhile, or the writer is
-    /// idle.
-    private func next(_ state: inout State) -> Next {
-        guard !state.queue.isEmpty else {
-            becomeIdle(&state)
-            return .none
-        }
-        state.driver = .task
-        return .task
-    }
-
-    private func start(_ next: Next) {
-        switch next {
-        case .none: break
-        case .loop(let loop): loop.execute { self.commitOnLoop() }
-        case .task:
-            // Unstructured on purpose: a publisher that goes away must not
-            // cancel the transaction that carries other publishers' data.
-            Task { await self.commitOnTask() }
-        }
+    private func startTask() {
+        // Unstructured on purpose: a publisher that goes away must not
+        // cancel the transaction that carries other publishers' data.
+        Task { await self.commitOnTask() }
     }
 
     static let queueFullRetry: UInt64 = 100
@@ -167,7 +149,7 @@ final class PublishWriter: Sendable {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             let done = state.withLock { state in
                 state.isClosed = true
-                guard state.driver != .idle || !state.queue.isEmpty else { return true }
+                guard state.isCommitting else { return true }
                 state.drained.append(continuation)
                 return false
             }
@@ -177,42 +159,31 @@ final class PublishWriter: Sendable {
 
     /// One commit on this loop, blocking it for the commit's fsync as
     /// Redis's thread does; what queued meanwhile goes to a task.
-    private func commitOnLoop() {
+    private func commitOnLoop(_ synchronousStore: any SynchronousAppending) {
         let batch = state.withLock { $0.take(upTo: maxBatch) }
-        if !batch.isEmpty, let synchronousStore {
-            let started = ContinuousClock.now
-            let result = Result {
-                try synchronousStore.appendNow(batch.map(\.request), serverTimeMilliseconds: clock.nowMilliseconds)
-            }
-            settle(batch, result, started: started)
+        let started = ContinuousClock.now
+        let result = Result {
+            try synchronousStore.appendNow(batch.map(\.request), serverTimeMilliseconds: clock.nowMilliseconds)
         }
-        start(state.withLock { next(&$0) })
+        settle(batch, result, started: started)
+        if state.withLock({ $0.hasMoreElseIdle() }) { startTask() }
     }
 
     /// Commits through the store's asynchronous append until the queue is
     /// empty.
     private func commitOnTask() async {
-        while true {
+        repeat {
             let batch = state.withLock { $0.take(upTo: maxBatch) }
-            if !batch.isEmpty {
-                let started = ContinuousClock.now
-                let result: Result<[Result<AppendResult, AppendRefusal>], any Error>
-                do {
-                    result = .success(
-                        try await store.append(batch.map(\.request), serverTimeMilliseconds: clock.nowMilliseconds))
-                } catch {
-                    result = .failure(error)
-                }
-                settle(batch, result, started: started)
+            let started = ContinuousClock.now
+            let result: Result<[Result<AppendResult, AppendRefusal>], any Error>
+            do {
+                result = .success(
+                    try await store.append(batch.map(\.request), serverTimeMilliseconds: clock.nowMilliseconds))
+            } catch {
+                result = .failure(error)
             }
-            guard case .task = state.withLock({ next(&$0) }) else { return }
-        }
-    }
-
-    private func becomeIdle(_ state: inout State) {
-        state.driver = .idle
-        for waiter in state.drained { waiter.resume() }
-        state.drained = []
+            settle(batch, result, started: started)
+        } while state.withLock({ $0.hasMoreElseIdle() })
     }
 
     private func settle(

@@ -131,6 +131,12 @@ actor RelaySession {
         return await handle(frame)
     }
 
+    /// One binary WebSocket message the transport has decoded already.
+    func receive(_ frame: WireClientFrame) async -> SessionDisposition {
+        noteActivity()
+        return await handle(frame)
+    }
+
     /// A message the protocol does not allow (a text message).
     func reject(_ failure: RelayFailure) async -> SessionDisposition {
         noteActivity()

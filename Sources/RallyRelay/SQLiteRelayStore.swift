@@ -102,9 +102,7 @@ public final class SQLiteRelayStore: RelayStore, SynchronousAppending {
         _ batch: [PublishRequest], serverTimeMilliseconds: Int64
     ) async throws -> [Result<AppendResult, AppendRefusal>] {
         guard !batch.isEmpty else { return [] }
-        return try await pool.write { db in
-            try batch.map { try Self.append($0, serverTime: serverTimeMilliseconds, db: db) }
-        }
+        return try await pool.write { db in try Self.append(batch, serverTime: serverTimeMilliseconds, db: db) }
     }
 
     /// The same append on the caller's thread: a socket's event loop
@@ -114,9 +112,13 @@ public final class SQLiteRelayStore: RelayStore, SynchronousAppending {
         _ batch: [PublishRequest], serverTimeMilliseconds: Int64
     ) throws -> [Result<AppendResult, AppendRefusal>] {
         guard !batch.isEmpty else { return [] }
-        return try pool.write { db in
-            try batch.map { try Self.append($0, serverTime: serverTimeMilliseconds, db: db) }
-        }
+        return try pool.write { db in try Self.append(batch, serverTime: serverTimeMilliseconds, db: db) }
+    }
+
+    private static func append(
+        _ batch: [PublishRequest], serverTime: Int64, db: Database
+    ) throws -> [Result<AppendResult, AppendRefusal>] {
+        try batch.map { try append($0, serverTime: serverTime, db: db) }
     }
 
     private static let envelopeColumns =

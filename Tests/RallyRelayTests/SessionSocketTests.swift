@@ -323,47 +323,56 @@ struct LoopPublishTests {
         return frames
     }
 
+    /// A socket on an embedded channel, taking messages, over a real store.
+    struct Fixture {
+        let directory: TemporaryDirectory
+        let store: SQLiteRelayStore
+        let services: RelayServices
+        let channel = EmbeddedChannel()
+        let socket: SessionSocket
+
+        init(writable: Bool) throws {
+            directory = try TemporaryDirectory()
+            store = try SQLiteRelayStore(url: directory.storeURL)
+            services = makeServices(store: store)
+            channel.isWritable = writable
+            socket = SessionSocket(channel: channel, services: services, remoteIP: "127.0.0.1")
+            socket.startTakingMessagesForTesting()
+        }
+
+        func close() async throws {
+            await services.writer.close()
+            _ = try? channel.finish()
+            try await store.close()
+            directory.remove()
+        }
+    }
+
     @Test("a writable socket's publish is committed and acknowledged on its event loop")
     func writableTakesTheLoop() async throws {
-        let directory = try TemporaryDirectory()
-        defer { directory.remove() }
-        let store = try SQLiteRelayStore(url: directory.storeURL)
-        let services = makeServices(store: store)
-        let channel = EmbeddedChannel()
-        let socket = SessionSocket(channel: channel, services: services, remoteIP: "127.0.0.1")
-        socket.startTakingMessagesForTesting()
-        socket.receivedOnLoop(Self.publishFrame(7))
-        #expect(services.writer.queuedCount == 1, "queued at once, on the loop")
-        channel.embeddedEventLoop.run()
-        let frames = try Self.acks(channel)
+        let fixture = try Fixture(writable: true)
+        fixture.socket.receivedOnLoop(Self.publishFrame(7))
+        #expect(fixture.services.writer.queuedCount == 1, "queued at once, on the loop")
+        fixture.channel.embeddedEventLoop.run()
+        let frames = try Self.acks(fixture.channel)
         #expect(frames.map(\.requestID) == [7])
         #expect(frames.first?.publishAck.seq == 1)
-        await services.writer.close()
-        _ = try? channel.finish()
-        try await store.close()
+        try await fixture.close()
     }
 
     @Test(
         "a socket that cannot take writes sends its publish through the session's queue, answered only by the ack pump")
     func unwritableGoesToTheSession() async throws {
-        let directory = try TemporaryDirectory()
-        defer { directory.remove() }
-        let store = try SQLiteRelayStore(url: directory.storeURL)
-        let services = makeServices(store: store)
-        let channel = EmbeddedChannel()
-        channel.isWritable = false
-        let socket = SessionSocket(channel: channel, services: services, remoteIP: "127.0.0.1")
-        socket.startTakingMessagesForTesting()
-        socket.receivedOnLoop(Self.publishFrame(8))
+        let fixture = try Fixture(writable: false)
+        fixture.socket.receivedOnLoop(Self.publishFrame(8))
         // The session commits it; nothing is written without the pump
         // (which waits for the socket to take writes).
-        while try await store.headSeq(topic: Self.topic) == 0 {
+        while try await fixture.store.headSeq(topic: Self.topic) == 0 {
             await Task.yield()
         }
-        await services.writer.close()
-        channel.embeddedEventLoop.run()
-        #expect(try Self.acks(channel).isEmpty)
-        _ = try? channel.finish()
-        try await store.close()
+        await fixture.services.writer.close()
+        fixture.channel.embeddedEventLoop.run()
+        #expect(try Self.acks(fixture.channel).isEmpty)
+        try await fixture.close()
     }
 }

@@ -87,7 +87,8 @@ actor GatedStore: ForwardingStore {
 final class LoopRecordingStore: SynchronousAppending, ForwardingStore {
     let inner: SQLiteRelayStore
     private let loops: [any EventLoop]
-    private let held = Mutex(false)
+    /// Whether the first append has been seen (and held).
+    private let heldFirst = Mutex(false)
     let entered: AsyncStream<Void>
     private let enteredContinuation: AsyncStream<Void>.Continuation
     private let release = DispatchSemaphore(value: 0)
@@ -106,10 +107,11 @@ final class LoopRecordingStore: SynchronousAppending, ForwardingStore {
     ) throws -> [Result<AppendResult, AppendRefusal>] {
         let loop = loops.firstIndex { $0.inEventLoop } ?? -1
         commits.withLock { $0.append((loop, batch.count)) }
-        if held.withLock({ first in
-            defer { first = true }
-            return !first
-        }) {
+        let isFirst = heldFirst.withLock { seen in
+            defer { seen = true }
+            return !seen
+        }
+        if isFirst {
             enteredContinuation.yield()
             release.wait()
         }

@@ -31,6 +31,8 @@ final class SessionSocket: Sendable {
 
     enum Message: Sendable {
         case binary(ByteBuffer)
+        /// A message the event loop decoded already (and did not take).
+        case frame(WireClientFrame)
         case text
     }
 
@@ -152,10 +154,14 @@ final class SessionSocket: Sendable {
     /// take more writes, goes to the session in order.
     func receivedOnLoop(_ buffer: ByteBuffer) {
         guard channel.isWritable, inbox.withLock({ $0.isIdle }),
-            let frame = try? FrameCodec.decodeClientFrame(Data(buffer.readableBytesView)),
-            case .publish(let publish)? = frame.body
+            let frame = try? FrameCodec.decodeClientFrame(Data(buffer.readableBytesView))
         else {
+            // Undecodable ones too: the session answers with the error.
             received(.binary(buffer))
+            return
+        }
+        guard case .publish(let publish)? = frame.body else {
+            received(.frame(frame))
             return
         }
         let writer = writer
@@ -165,7 +171,7 @@ final class SessionSocket: Sendable {
                 publish, requestID: frame.requestID, loop: channel.eventLoop, answer: { writer.writeNow($0) })
         else { return }
         if refusal.isFatal {
-            received(.binary(buffer))
+            received(.frame(frame))
         } else {
             writer.writeNow(services.errorFrame(refusal, requestID: frame.requestID))
         }
@@ -210,6 +216,8 @@ final class SessionSocket: Sendable {
         switch message {
         case .binary(let buffer):
             return await session.receive(Data(buffer.readableBytesView))
+        case .frame(let frame):
+            return await session.receive(frame)
         case .text:
             return await session.reject(RelayFailure(.malformedFrame, "frames are binary protobuf messages, not text"))
         }
