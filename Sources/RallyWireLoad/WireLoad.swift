@@ -90,6 +90,12 @@ public final class WireLoad {
     public init(_ plan: WireLoadPlan) throws(WireLoadError) {
         precondition(!plan.relayPorts.isEmpty && plan.payloadBytes >= WireLoadPlan.minimumPayloadBytes)
         self.plan = plan
+        // Every subscriber connects before any publisher. A relay hands
+        // accepted sockets to its event loops in turn, so a subscriber and
+        // a publisher opened one after the other would put every publisher
+        // on the same loop on a two-loop machine; connecting by role spreads
+        // each role over all loops, as independent devices would.
+        var topics: [(identity: Identity, access: TopicAccess, topic: String)] = []
         for index in 0..<plan.clients {
             let identity = Identity(displayName: "load-\(index)")
             let access: TopicAccess
@@ -97,6 +103,7 @@ public final class WireLoad {
                 throw .unexpected("topic access: \(error)")
             }
             let topic = "bench/\(access.foundedTopicID)"
+            topics.append((identity, access, topic))
             for _ in 0..<plan.subscribersPerTopic {
                 let port = plan.relayPorts[index % plan.relayPorts.count]
                 let (socket, nonce) = try connect(port: port, identity: identity)
@@ -113,10 +120,13 @@ public final class WireLoad {
                 }
                 subscribers.append(Subscriber(socket: socket))
             }
+        }
+        for (index, client) in topics.enumerated() {
             let port = plan.relayPorts[(index + 1) % plan.relayPorts.count]
-            let (socket, nonce) = try connect(port: port, identity: identity)
-            let proof = access.connectionProof(origin: Self.origin(port: port), challengeNonce: nonce, topic: topic)
-            publishers.append(try Self.encodedPublishes(plan, socket: socket, topic: topic, proof: proof))
+            let (socket, nonce) = try connect(port: port, identity: client.identity)
+            let proof = client.access.connectionProof(
+                origin: Self.origin(port: port), challengeNonce: nonce, topic: client.topic)
+            publishers.append(try Self.encodedPublishes(plan, socket: socket, topic: client.topic, proof: proof))
         }
     }
 
