@@ -2,17 +2,29 @@ public import Foundation
 import GRDB
 public import RallyCrypto
 public import RallyWire
+import Synchronization
 
 /// The embedded store: one SQLite file in WAL mode with `synchronous=FULL`,
 /// so a returned `append` has reached the disk.
+///
+/// Envelopes are rows appended to one table with no index of SQLite's on
+/// the append path; their heads, seq order and idempotency keys are kept
+/// in memory (`EnvelopeIndex`) and rebuilt from the rows at open
+/// (ADR 0029). One process at a time opens a store (`StoreLock`).
 public final class SQLiteRelayStore: RelayStore, SynchronousAppending {
     /// Internal for the durability test, which reads its writer's pragma.
     let pool: DatabasePool
+    private let index: Mutex<EnvelopeIndex>
+    private let lock: StoreLock
 
+    /// Throws `StoreInUse` when another process has the store open.
     public init(url: URL) throws {
+        try OwnerOnlyFile.prepare(url)
+        lock = try StoreLock(beside: url)
         pool = try OwnerOnlyFile.openPool(url, label: "rally.relay.store")
         try Self.ownerOnlyDirectory(of: url)
         try Self.migrator.migrate(pool)
+        index = Mutex(try pool.read { db in try Self.loadIndex(db) })
     }
 
     /// An existing data directory that holds nothing but this store's
@@ -95,14 +107,73 @@ public final class SQLiteRelayStore: RelayStore, SynchronousAppending {
                 table.column("deleted_at_ms", .integer).notNull()
             }
         }
+        migrator.registerMigration("v4-envelope-log") { db in
+            // One table the appends only add rows to: no primary key but the
+            // row id and no index that every append would update at a random
+            // page (ADR 0029). Heads kept in `topics` stay there: they are
+            // read at open and outlive the rows they counted.
+            try db.create(table: "envelope_log") { table in
+                table.primaryKey("id", .integer)
+                table.column("topic", .text).notNull()
+                table.column("seq", .integer).notNull()
+                table.column("server_time_ms", .integer).notNull()
+                table.column("payload", .blob).notNull()
+                table.column("should_push", .boolean).notNull()
+                table.column("expires_at_ms", .integer).notNull()
+                table.column("idempotency_key", .blob)
+                table.column("control", .boolean).notNull().defaults(to: false)
+                table.column("retires_key", .blob)
+            }
+            try db.execute(
+                sql: """
+                    INSERT INTO envelope_log (\(Self.storedColumns))
+                    SELECT \(Self.storedColumns) FROM envelopes ORDER BY topic, seq
+                    """)
+            try db.drop(table: "envelopes")
+            // Both keys grow with time, so an append adds to their last page.
+            try db.create(
+                index: "envelope_log_expiry", on: "envelope_log", columns: ["expires_at_ms"],
+                condition: Column("expires_at_ms") > 0)
+            try db.create(
+                index: "envelope_log_inbox_age", on: "envelope_log", columns: ["server_time_ms"],
+                condition: Column("topic").like("inbox/%"))
+        }
         return migrator
+    }
+
+    private static let storedColumns =
+        "topic, seq, server_time_ms, payload, should_push, expires_at_ms, idempotency_key, control, retires_key"
+
+    private static func loadIndex(_ db: Database) throws -> EnvelopeIndex {
+        var index = EnvelopeIndex()
+        let heads = try Row.fetchCursor(db, sql: "SELECT name, last_seq, last_control_seq FROM topics")
+        while let row = try heads.next() {
+            index.seed(topic: row["name"], lastSeq: row["last_seq"], lastControlSeq: row["last_control_seq"])
+        }
+        let rows = try Row.fetchCursor(
+            db,
+            sql: """
+                SELECT id, topic, seq, expires_at_ms, length(payload) AS bytes, control, idempotency_key
+                FROM envelope_log ORDER BY id
+                """)
+        while let row = try rows.next() {
+            index.load(
+                topic: row["topic"],
+                entry: EnvelopeIndex.Entry(
+                    seq: row["seq"], rowID: row["id"], expiresAtMilliseconds: row["expires_at_ms"]),
+                payloadBytes: row["bytes"], control: row["control"], idempotencyKey: row["idempotency_key"])
+        }
+        index.finishLoading()
+        return index
     }
 
     public func append(
         _ batch: [PublishRequest], serverTimeMilliseconds: Int64
     ) async throws -> [Result<AppendResult, AppendRefusal>] {
         guard !batch.isEmpty else { return [] }
-        return try await pool.write { db in try Self.append(batch, serverTime: serverTimeMilliseconds, db: db) }
+        return try await pool.writeWithoutTransaction { db in
+            try self.append(batch, serverTime: serverTimeMilliseconds, db: db)
+        }
     }
 
     /// The same append on the caller's thread: a socket's event loop
@@ -112,71 +183,67 @@ public final class SQLiteRelayStore: RelayStore, SynchronousAppending {
         _ batch: [PublishRequest], serverTimeMilliseconds: Int64
     ) throws -> [Result<AppendResult, AppendRefusal>] {
         guard !batch.isEmpty else { return [] }
-        return try pool.write { db in try Self.append(batch, serverTime: serverTimeMilliseconds, db: db) }
+        return try pool.writeWithoutTransaction { db in try append(batch, serverTime: serverTimeMilliseconds, db: db) }
     }
 
-    private static func append(
+    /// One transaction for the batch. The index learns of its rows only
+    /// after the commit, still inside the writer, so no other write and no
+    /// reader sees them before they are on disk.
+    private func append(
         _ batch: [PublishRequest], serverTime: Int64, db: Database
     ) throws -> [Result<AppendResult, AppendRefusal>] {
-        try batch.map { try append($0, serverTime: serverTime, db: db) }
+        var pending = EnvelopeIndex.Pending()
+        var results: [Result<AppendResult, AppendRefusal>] = []
+        try db.inTransaction {
+            results = try batch.map { try append($0, serverTime: serverTime, pending: &pending, db: db) }
+            return .commit
+        }
+        index.withLock { $0.apply(pending) }
+        return results
     }
 
-    private static let envelopeColumns =
-        "topic, seq, server_time_ms, payload, should_push, expires_at_ms, control, retires_key"
-
-    private static func append(
-        _ request: PublishRequest, serverTime: Int64, db: Database
+    private func append(
+        _ request: PublishRequest, serverTime: Int64, pending: inout EnvelopeIndex.Pending, db: Database
     ) throws -> Result<AppendResult, AppendRefusal> {
         let key: Data? = request.idempotencyKey.isEmpty ? nil : request.idempotencyKey
-        // The hot path is three cached statements: one read of the topic's
-        // head with the key's status, the envelope's insert (which finds a
-        // retry through the idempotency index) and the head's upsert. A
-        // retry is answered as if it had been looked up before any other
-        // check: a refused publish looks for its original, and an insert
-        // the index turns away is the retry of a stored one.
-        let (head, keyStatus) = try headAndStatus(request, db: db)
+        let (head, original) = index.withLock { index in
+            (
+                pending.head(of: request.topic, in: index),
+                key.flatMap { pending.original(topic: request.topic, key: $0, in: index) }
+            )
+        }
+        let keyStatus = try request.accessKey.map { try Self.status(topic: request.topic, key: $0, db: db) }
+        // A retry is answered before any other check, with what its
+        // original stored.
+        if let original {
+            guard let row = try Row.fetchOne(Self.rowStatement(db), arguments: [original]) else {
+                throw DatabaseError(resultCode: .SQLITE_INTERNAL, message: "an indexed envelope has no row")
+            }
+            return AppendRules.retry(of: Self.envelope(row), keyStatus: keyStatus)
+        }
         let registers: Bool
         switch AppendRules.check(request, head: head, keyStatus: keyStatus) {
-        case .failure(let refusal):
-            return try retry(request, key: key, db: db) ?? .failure(refusal)
+        case .failure(let refusal): return .failure(refusal)
         case .success(let founds): registers = founds
         }
         let seq = head.lastSeq + 1
         let retired = AppendRules.retiredKey(by: request)
         try db.cachedStatement(
-            sql: """
-                INSERT INTO envelopes
-                (topic, seq, server_time_ms, payload, should_push, expires_at_ms, idempotency_key, control,
-                 retires_key)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-                ON CONFLICT (topic, idempotency_key) DO NOTHING
-                """
+            sql: "INSERT INTO envelope_log (\(Self.storedColumns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
         ).execute(arguments: [
             request.topic, seq, serverTime, request.payload, request.shouldPush,
             request.expiresAtMilliseconds, key, request.control, retired,
         ])
-        if db.changesCount == 0 {
-            // Only the idempotency index turns an insert away.
-            guard let found = try retry(request, key: key, db: db) else {
-                throw DatabaseError(resultCode: .SQLITE_INTERNAL, message: "an insert was ignored without a retry")
-            }
-            return found
-        }
+        pending.append(
+            EnvelopeIndex.Entry(
+                seq: seq, rowID: db.lastInsertedRowID, expiresAtMilliseconds: request.expiresAtMilliseconds),
+            topic: request.topic, after: head, payloadBytes: Int64(request.payload.count), control: request.control,
+            idempotencyKey: key)
         if registers, let accessKey = request.accessKey {
             try db.execute(
                 sql: "INSERT INTO topic_keys (topic, access_key, valid_through) VALUES (?, ?, NULL)",
                 arguments: [request.topic, accessKey])
         }
-        try db.cachedStatement(
-            sql: """
-                INSERT INTO topics (name, last_seq, bytes, last_control_seq) VALUES (?, ?, ?, ?)
-                ON CONFLICT (name) DO UPDATE SET last_seq = excluded.last_seq, bytes = excluded.bytes,
-                last_control_seq = excluded.last_control_seq
-                """
-        ).execute(arguments: [
-            request.topic, seq, head.bytes + Int64(request.payload.count),
-            request.control ? seq : head.lastControlSeq,
-        ])
         if retired != nil, let newKey = request.rotateAccessKey {
             // The old key reads up to and including this entry.
             try db.execute(
@@ -193,48 +260,11 @@ public final class SQLiteRelayStore: RelayStore, SynchronousAppending {
         return .success(AppendResult(envelope: stored, duplicate: false, retiredKey: retired))
     }
 
-    /// The topic's head and, for a capability topic, the status of the
-    /// publish's key, in one statement while the key is one the topic holds.
-    private static func headAndStatus(
-        _ request: PublishRequest, db: Database
-    ) throws -> (AppendRules.Head, AccessKeyStatus?) {
-        guard let accessKey = request.accessKey else {
-            let row = try Row.fetchOne(
-                db.cachedStatement(sql: "SELECT last_seq, last_control_seq, bytes FROM topics WHERE name = ?"),
-                arguments: [request.topic])
-            return (head(row), nil)
-        }
-        let row = try Row.fetchOne(
-            db.cachedStatement(
-                sql: """
-                    SELECT t.last_seq, t.last_control_seq, t.bytes, k.access_key IS NOT NULL AS held, k.valid_through
-                    FROM (SELECT 1) LEFT JOIN topics t ON t.name = ?1
-                    LEFT JOIN topic_keys k ON k.topic = ?1 AND k.access_key = ?2
-                    """),
-            arguments: [request.topic, accessKey])
-        guard let row, row["held"] == true else {
-            return (head(row), try statusOfKeyNotHeld(topic: request.topic, db: db))
-        }
-        return (head(row), .held(validThrough: row["valid_through"]))
-    }
+    private static let envelopeColumns =
+        "topic, seq, server_time_ms, payload, should_push, expires_at_ms, control, retires_key"
 
-    private static func head(_ row: Row?) -> AppendRules.Head {
-        AppendRules.Head(
-            lastSeq: row?["last_seq"] ?? 0, lastControlSeq: row?["last_control_seq"] ?? 0, bytes: row?["bytes"] ?? 0)
-    }
-
-    /// The answer to `request` if it repeats a stored publish.
-    private static func retry(
-        _ request: PublishRequest, key: Data?, db: Database
-    ) throws -> Result<AppendResult, AppendRefusal>? {
-        guard let key,
-            let row = try Row.fetchOne(
-                db.cachedStatement(
-                    sql: "SELECT \(envelopeColumns) FROM envelopes WHERE topic = ? AND idempotency_key = ?"),
-                arguments: [request.topic, key])
-        else { return nil }
-        let keyStatus = try request.accessKey.map { try status(topic: request.topic, key: $0, db: db) }
-        return AppendRules.retry(of: envelope(row), keyStatus: keyStatus)
+    private static func rowStatement(_ db: Database) throws -> Statement {
+        try db.cachedStatement(sql: "SELECT \(envelopeColumns) FROM envelope_log WHERE id = ?")
     }
 
     private static func status(topic: String, key: Data, db: Database) throws -> AccessKeyStatus {
@@ -266,44 +296,52 @@ public final class SQLiteRelayStore: RelayStore, SynchronousAppending {
     }
 
     public func deleteTopic(_ topic: String, accessKey: Data, nowMilliseconds: Int64) async throws -> TopicDeletion {
-        try await pool.write { db in
-            switch try Self.status(topic: topic, key: accessKey, db: db) {
-            case .deleted: return .alreadyDeleted
-            case .current: break
-            case let other: return .refused(other)
+        try await pool.writeWithoutTransaction { db in
+            var deletion = TopicDeletion.alreadyDeleted
+            try db.inTransaction {
+                switch try Self.status(topic: topic, key: accessKey, db: db) {
+                case .deleted: return .commit
+                case .current: break
+                case let other:
+                    deletion = .refused(other)
+                    return .commit
+                }
+                let rows = self.index.withLock { $0.rowIDs(of: topic) }
+                let delete = try db.cachedStatement(sql: "DELETE FROM envelope_log WHERE id = ?")
+                for row in rows { try delete.execute(arguments: [row]) }
+                try db.execute(sql: "DELETE FROM topic_keys WHERE topic = ?", arguments: [topic])
+                try db.execute(sql: "DELETE FROM topics WHERE name = ?", arguments: [topic])
+                try db.execute(
+                    sql: "INSERT INTO deleted_topics (topic, deleted_at_ms) VALUES (?, ?)",
+                    arguments: [topic, nowMilliseconds])
+                deletion = .deleted(envelopes: rows.count)
+                return .commit
             }
-            try db.execute(sql: "DELETE FROM envelopes WHERE topic = ?", arguments: [topic])
-            let envelopes = db.changesCount
-            try db.execute(sql: "DELETE FROM topic_keys WHERE topic = ?", arguments: [topic])
-            try db.execute(sql: "DELETE FROM topics WHERE name = ?", arguments: [topic])
-            try db.execute(
-                sql: "INSERT INTO deleted_topics (topic, deleted_at_ms) VALUES (?, ?)",
-                arguments: [topic, nowMilliseconds])
-            return .deleted(envelopes: envelopes)
+            if case .deleted = deletion { self.index.withLock { $0.removeTopic(topic) } }
+            return deletion
         }
     }
 
     public func fetch(
         topic: String, after: UInt64, limit: Int, maxBytes: Int, nowMilliseconds: Int64
     ) async throws -> FetchResult {
-        let after = Int64(clamping: after)
-        let limit = max(0, limit)
+        // The index is read before the read transaction starts: every row
+        // it names committed before, so the snapshot holds it unless a
+        // deletion (expiry, the topic's) has taken it since.
+        let (entries, head) = index.withLock { index in
+            (
+                index.entries(
+                    of: topic, after: Int64(clamping: after), limit: max(0, limit), nowMilliseconds: nowMilliseconds),
+                index.head(of: topic).lastSeq
+            )
+        }
         return try await pool.read { db in
-            // One read transaction: head and page come from the same snapshot.
-            let head = try Int64.fetchOne(db, sql: "SELECT last_seq FROM topics WHERE name = ?", arguments: [topic])
-            let rows = try Row.fetchCursor(
-                db,
-                sql: """
-                    SELECT \(Self.envelopeColumns)
-                    FROM envelopes
-                    WHERE topic = ? AND seq > ? AND (expires_at_ms = 0 OR expires_at_ms >= ?)
-                    ORDER BY seq LIMIT ?
-                    """,
-                arguments: [topic, after, nowMilliseconds, limit])
+            let statement = try Self.rowStatement(db)
             var envelopes: [WireEnvelope] = []
             var retiredKeys: [UInt64: Data] = [:]
             var bytes = 0
-            while let row = try rows.next() {
+            for entry in entries {
+                guard let row = try Row.fetchOne(statement, arguments: [entry.rowID]) else { continue }
                 let envelope = Self.envelope(row)
                 // Byte-bounded pages: always at least one envelope.
                 if maxBytes > 0, !envelopes.isEmpty, bytes + envelope.payload.count > maxBytes { break }
@@ -311,15 +349,12 @@ public final class SQLiteRelayStore: RelayStore, SynchronousAppending {
                 if let retired = row["retires_key"] as Data? { retiredKeys[envelope.seq] = retired }
                 envelopes.append(envelope)
             }
-            return FetchResult(envelopes: envelopes, headSeq: UInt64(max(0, head ?? 0)), retiredKeys: retiredKeys)
+            return FetchResult(envelopes: envelopes, headSeq: UInt64(max(0, head)), retiredKeys: retiredKeys)
         }
     }
 
     public func headSeq(topic: String) async throws -> UInt64 {
-        try await pool.read { db in
-            let head = try Int64.fetchOne(db, sql: "SELECT last_seq FROM topics WHERE name = ?", arguments: [topic])
-            return UInt64(max(0, head ?? 0))
-        }
+        UInt64(max(0, index.withLock { $0.head(of: topic).lastSeq }))
     }
 
     public func putKeyBundle(
@@ -367,28 +402,47 @@ public final class SQLiteRelayStore: RelayStore, SynchronousAppending {
     }
 
     public func deleteExpired(nowMilliseconds: Int64, inboxCutoffMilliseconds: Int64) async throws -> Int {
-        try await pool.write { db in
-            let condition = """
-                ((expires_at_ms > 0 AND expires_at_ms < :now)
-                 OR (:cutoff > 0 AND topic LIKE 'inbox/%' AND server_time_ms < :cutoff))
-                """
-            let arguments: StatementArguments = ["now": nowMilliseconds, "cutoff": inboxCutoffMilliseconds]
-            // Quotas count stored bytes, so deleted payloads give them back.
-            try db.execute(
-                sql: """
-                    UPDATE topics SET bytes = bytes - (
-                        SELECT COALESCE(SUM(length(payload)), 0) FROM envelopes
-                        WHERE envelopes.topic = topics.name AND \(condition))
-                    WHERE name IN (SELECT DISTINCT topic FROM envelopes WHERE \(condition))
-                    """,
-                arguments: arguments)
-            try db.execute(sql: "DELETE FROM envelopes WHERE \(condition)", arguments: arguments)
-            return db.changesCount
+        try await pool.writeWithoutTransaction { db in
+            var removals: [EnvelopeIndex.Removal] = []
+            try db.inTransaction {
+                let rows = try Row.fetchAll(
+                    db,
+                    sql: """
+                        DELETE FROM envelope_log
+                        WHERE (expires_at_ms > 0 AND expires_at_ms < :now)
+                           OR (:cutoff > 0 AND topic LIKE 'inbox/%' AND server_time_ms < :cutoff)
+                        RETURNING topic, seq, length(payload) AS bytes, idempotency_key
+                        """,
+                    arguments: ["now": nowMilliseconds, "cutoff": inboxCutoffMilliseconds])
+                removals = rows.map {
+                    EnvelopeIndex.Removal(
+                        topic: $0["topic"], seq: $0["seq"], payloadBytes: $0["bytes"],
+                        idempotencyKey: $0["idempotency_key"])
+                }
+                // A topic's head outlives its rows: kept in `topics`, it is
+                // where the next open starts counting when no row is left.
+                let heads = self.index.withLock { index in
+                    Set(removals.map(\.topic)).map { ($0, index.head(of: $0)) }
+                }
+                let keep = try db.cachedStatement(
+                    sql: """
+                        INSERT INTO topics (name, last_seq, last_control_seq) VALUES (?, ?, ?)
+                        ON CONFLICT (name) DO UPDATE SET last_seq = excluded.last_seq,
+                        last_control_seq = excluded.last_control_seq
+                        """)
+                for (topic, head) in heads {
+                    try keep.execute(arguments: [topic, head.lastSeq, head.lastControlSeq])
+                }
+                return .commit
+            }
+            self.index.withLock { $0.remove(removals) }
+            return removals.count
         }
     }
 
     public func close() async throws {
         try pool.close()
+        lock.release()
     }
 
     private static func envelope(_ row: Row) -> WireEnvelope {

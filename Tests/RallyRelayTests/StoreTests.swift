@@ -126,6 +126,40 @@ struct StoreTests {
     }
 
     @Test(
+        "a topic whose every envelope was pruned keeps its head across a reopen; the pruned bytes and idempotency keys are free again",
+        arguments: StoreKind.available)
+    func prunedTopicKeepsItsHead(_ kind: StoreKind) async throws {
+        let place = try await kind.make()
+        var quoted = request("group/a", "12345678", key: "k", expiresAt: 1_000)
+        quoted.quotaBytes = 10
+        do {
+            let store = try await place.open()
+            _ = try await store.appendAll(
+                [quoted, request("group/a", "ab", expiresAt: 1_000), request("group/a", "cd", expiresAt: 1_000)],
+                serverTimeMilliseconds: 500)
+            var over = request("group/a", "xyz")
+            over.quotaBytes = 10
+            #expect(
+                try await store.append([over], serverTimeMilliseconds: 600) == [
+                    .failure(.quotaExceeded("the topic stores at most 10 bytes"))
+                ])
+            #expect(try await store.deleteExpired(nowMilliseconds: 2_000) == 3)
+            try await store.close()
+        }
+        let store = try await place.open()
+        #expect(try await store.headSeq(topic: "group/a") == 3)
+        let page = try await store.fetch(topic: "group/a", after: 0, limit: 10, nowMilliseconds: 2_000)
+        #expect(page.envelopes.isEmpty && page.headSeq == 3)
+        // The same key is a new publish now that its original is gone, and
+        // the quota counts only what is stored.
+        quoted.expiresAtMilliseconds = 0
+        let again = try await store.appendAll([quoted], serverTimeMilliseconds: 2_000)
+        #expect(again.map(\.envelope.seq) == [4] && again.map(\.duplicate) == [false])
+        try await store.close()
+        await place.remove()
+    }
+
+    @Test(
         "PostgreSQL: a burst of announcements is read in one go: what is still stored and unexpired, once each, in seq order per topic, with the key a rotation retired",
         .enabled(if: PostgresTestDatabase.isAvailable, "needs RALLY_TEST_POSTGRES_URL"))
     func announcedEnvelopes() async throws {

@@ -1,0 +1,171 @@
+import Foundation
+
+/// What the SQLite store knows about its envelopes without reading them:
+/// each topic's head, its rows in seq order and its idempotency keys. It
+/// lives in memory so that an append writes one row and no index of
+/// SQLite's (ADR 0029); the store rebuilds it from its rows at open.
+struct EnvelopeIndex: Sendable {
+    /// One stored envelope: where its row is and until when it is readable.
+    struct Entry: Sendable, Equatable {
+        var seq: Int64
+        var rowID: Int64
+        /// 0: it never expires.
+        var expiresAtMilliseconds: Int64
+
+        func isReadable(at nowMilliseconds: Int64) -> Bool {
+            expiresAtMilliseconds == 0 || expiresAtMilliseconds >= nowMilliseconds
+        }
+    }
+
+    struct Topic: Sendable {
+        var head = AppendRules.Head()
+        /// Stored envelopes, in seq order.
+        var entries: [Entry] = []
+        /// Idempotency key → the row it stored.
+        var keys: [Data: Int64] = [:]
+    }
+
+    /// A row deleted from the table, as its `RETURNING` clause gives it.
+    struct Removal: Sendable, Equatable {
+        var topic: String
+        var seq: Int64
+        var payloadBytes: Int64
+        var idempotencyKey: Data?
+    }
+
+    private var topics: [String: Topic] = [:]
+
+    func head(of topic: String) -> AppendRules.Head { topics[topic]?.head ?? AppendRules.Head() }
+
+    func original(topic: String, key: Data) -> Int64? { topics[topic]?.keys[key] }
+
+    /// The first `limit` readable entries after `seq`, in seq order. A copy:
+    /// a slice would keep the topic's array shared, and the next append
+    /// would copy all of it.
+    func entries(of topic: String, after seq: Int64, limit: Int, nowMilliseconds: Int64) -> [Entry] {
+        guard limit > 0, let entries = topics[topic]?.entries else { return [] }
+        var found: [Entry] = []
+        var index = Self.firstIndex(in: entries, after: seq)
+        while index < entries.count, found.count < limit {
+            if entries[index].isReadable(at: nowMilliseconds) { found.append(entries[index]) }
+            index += 1
+        }
+        return found
+    }
+
+    /// Every row of `topic`, readable or not.
+    func rowIDs(of topic: String) -> [Int64] { topics[topic]?.entries.map(\.rowID) ?? [] }
+
+    private static func firstIndex(in entries: [Entry], after seq: Int64) -> Int {
+        var low = 0
+        var high = entries.count
+        while low < high {
+            let middle = (low + high) / 2
+            if entries[middle].seq <= seq { low = middle + 1 } else { high = middle }
+        }
+        return low
+    }
+
+    // MARK: Building at open
+
+    /// A head kept in the `topics` table: it outlives the rows it counted.
+    mutating func seed(topic: String, lastSeq: Int64, lastControlSeq: Int64) {
+        var seeded = topics[topic] ?? Topic()
+        seeded.head.lastSeq = max(seeded.head.lastSeq, lastSeq)
+        seeded.head.lastControlSeq = max(seeded.head.lastControlSeq, lastControlSeq)
+        topics[topic] = seeded
+    }
+
+    /// One stored row, read in row order at open.
+    mutating func load(
+        topic: String, entry: Entry, payloadBytes: Int64, control: Bool, idempotencyKey: Data?
+    ) {
+        topics[topic, default: Topic()].record(
+            entry, payloadBytes: payloadBytes, control: control, idempotencyKey: idempotencyKey)
+    }
+
+    /// Once every row is loaded: a topic's rows are appended in seq order,
+    /// so this sorts only what a hand-edited table left out of order.
+    mutating func finishLoading() {
+        for name in topics.keys {
+            topics[name]?.sortIfNeeded()
+        }
+    }
+
+    // MARK: Changing
+
+    /// A batch's appends, applied to the index only once its transaction
+    /// has committed, so a reader never sees a head whose row it cannot read.
+    struct Pending: Sendable {
+        fileprivate struct Delta: Sendable {
+            var head: AppendRules.Head
+            var entries: [Entry] = []
+            var keys: [Data: Int64] = [:]
+        }
+        fileprivate var topics: [String: Delta] = [:]
+
+        func head(of topic: String, in index: EnvelopeIndex) -> AppendRules.Head {
+            topics[topic]?.head ?? index.head(of: topic)
+        }
+
+        func original(topic: String, key: Data, in index: EnvelopeIndex) -> Int64? {
+            topics[topic]?.keys[key] ?? index.original(topic: topic, key: key)
+        }
+
+        /// `entry` appended after `head` (the head `head(of:in:)` gave).
+        mutating func append(
+            _ entry: Entry, topic: String, after head: AppendRules.Head, payloadBytes: Int64, control: Bool,
+            idempotencyKey: Data?
+        ) {
+            var delta = topics[topic] ?? Delta(head: head)
+            delta.head.lastSeq = entry.seq
+            delta.head.bytes = head.bytes + payloadBytes
+            if control { delta.head.lastControlSeq = entry.seq }
+            delta.entries.append(entry)
+            if let idempotencyKey { delta.keys[idempotencyKey] = entry.rowID }
+            topics[topic] = delta
+        }
+    }
+
+    mutating func apply(_ pending: Pending) {
+        for (name, delta) in pending.topics {
+            topics[name, default: Topic()].head = delta.head
+            topics[name]?.entries.append(contentsOf: delta.entries)
+            topics[name]?.keys.merge(delta.keys) { _, new in new }
+        }
+    }
+
+    /// Forgets deleted rows. Heads stay: a seq is never given twice.
+    mutating func remove(_ removals: [Removal]) {
+        for (name, removed) in Dictionary(grouping: removals, by: \.topic) {
+            let seqs = Set(removed.map(\.seq))
+            topics[name]?.entries.removeAll { seqs.contains($0.seq) }
+            topics[name]?.head.bytes -= removed.reduce(0) { $0 + $1.payloadBytes }
+            for key in removed.compactMap(\.idempotencyKey) {
+                topics[name]?.keys[key] = nil
+            }
+        }
+    }
+
+    /// Forgets a deleted topic: its tombstone, in SQLite, answers for it.
+    mutating func removeTopic(_ topic: String) {
+        topics[topic] = nil
+    }
+}
+
+extension EnvelopeIndex.Topic {
+    fileprivate mutating func record(
+        _ entry: EnvelopeIndex.Entry, payloadBytes: Int64, control: Bool, idempotencyKey: Data?
+    ) {
+        entries.append(entry)
+        head.lastSeq = max(head.lastSeq, entry.seq)
+        if control { head.lastControlSeq = max(head.lastControlSeq, entry.seq) }
+        head.bytes += payloadBytes
+        if let idempotencyKey { keys[idempotencyKey] = entry.rowID }
+    }
+
+    fileprivate mutating func sortIfNeeded() {
+        guard zip(entries, entries.dropFirst()).contains(where: { $0.seq >= $1.seq }) else { return }
+        entries.sort { $0.seq < $1.seq }
+    }
+}
