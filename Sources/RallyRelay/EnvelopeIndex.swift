@@ -22,7 +22,28 @@ struct EnvelopeIndex: Sendable {
         /// Stored envelopes, in seq order.
         var entries: [Entry] = []
         /// Idempotency key → the row it stored.
-        var keys: [Data: Int64] = [:]
+        var keys: [Key: Int64] = [:]
+    }
+
+    /// An idempotency key as a dictionary key. Clients send 16 bytes, which
+    /// fit in the value itself. As `Data`, each key was an allocation of its
+    /// own: a million stored envelopes with keys took 181 MiB of the relay's
+    /// memory instead of 95 MiB (ADR 0029).
+    enum Key: Hashable, Sendable {
+        case inline(UInt64, UInt64, count: UInt8)
+        case long(Data)
+
+        init(_ data: Data) {
+            guard data.count <= 16 else {
+                self = .long(data)
+                return
+            }
+            var words: (UInt64, UInt64) = (0, 0)
+            withUnsafeMutableBytes(of: &words) { words in
+                data.withUnsafeBytes { bytes in words.copyMemory(from: bytes) }
+            }
+            self = .inline(words.0, words.1, count: UInt8(data.count))
+        }
     }
 
     /// A row deleted from the table, as its `RETURNING` clause gives it.
@@ -37,7 +58,7 @@ struct EnvelopeIndex: Sendable {
 
     func head(of topic: String) -> AppendRules.Head { topics[topic]?.head ?? AppendRules.Head() }
 
-    func original(topic: String, key: Data) -> Int64? { topics[topic]?.keys[key] }
+    func original(topic: String, key: Data) -> Int64? { topics[topic]?.keys[Key(key)] }
 
     /// The first `limit` readable entries after `seq`, in seq order. A copy:
     /// a slice would keep the topic's array shared, and the next append
@@ -100,7 +121,7 @@ struct EnvelopeIndex: Sendable {
         fileprivate struct Delta: Sendable {
             var head: AppendRules.Head
             var entries: [Entry] = []
-            var keys: [Data: Int64] = [:]
+            var keys: [Key: Int64] = [:]
         }
         fileprivate var topics: [String: Delta] = [:]
 
@@ -109,7 +130,7 @@ struct EnvelopeIndex: Sendable {
         }
 
         func original(topic: String, key: Data, in index: EnvelopeIndex) -> Int64? {
-            topics[topic]?.keys[key] ?? index.original(topic: topic, key: key)
+            topics[topic]?.keys[Key(key)] ?? index.original(topic: topic, key: key)
         }
 
         /// `entry` appended after `head` (the head `head(of:in:)` gave).
@@ -122,7 +143,7 @@ struct EnvelopeIndex: Sendable {
             delta.head.bytes = head.bytes + payloadBytes
             if control { delta.head.lastControlSeq = entry.seq }
             delta.entries.append(entry)
-            if let idempotencyKey { delta.keys[idempotencyKey] = entry.rowID }
+            if let idempotencyKey { delta.keys[Key(idempotencyKey)] = entry.rowID }
             topics[topic] = delta
         }
     }
@@ -142,7 +163,7 @@ struct EnvelopeIndex: Sendable {
             topics[name]?.entries.removeAll { seqs.contains($0.seq) }
             topics[name]?.head.bytes -= removed.reduce(0) { $0 + $1.payloadBytes }
             for key in removed.compactMap(\.idempotencyKey) {
-                topics[name]?.keys[key] = nil
+                topics[name]?.keys[Key(key)] = nil
             }
         }
     }
@@ -161,7 +182,7 @@ extension EnvelopeIndex.Topic {
         head.lastSeq = max(head.lastSeq, entry.seq)
         if control { head.lastControlSeq = max(head.lastControlSeq, entry.seq) }
         head.bytes += payloadBytes
-        if let idempotencyKey { keys[idempotencyKey] = entry.rowID }
+        if let idempotencyKey { keys[EnvelopeIndex.Key(idempotencyKey)] = entry.rowID }
     }
 
     fileprivate mutating func sortIfNeeded() {

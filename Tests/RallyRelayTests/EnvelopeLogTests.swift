@@ -182,6 +182,25 @@ struct EnvelopeIndexTests {
         #expect(index.rowIDs(of: "t").isEmpty)
     }
 
+    @Test("idempotency keys are told apart by every byte and by length, inline up to 16 bytes and beyond")
+    func keys() {
+        var index = EnvelopeIndex()
+        let keys = [
+            Data(), Data([1]), Data([1, 0]), Data(repeating: 7, count: 16), Data(repeating: 7, count: 17),
+            Data(repeating: 7, count: 15) + Data([8]), Data(repeating: 9, count: 40),
+        ]
+        for (offset, key) in keys.enumerated() {
+            index.load(
+                topic: "t", entry: Self.entry(Int64(offset + 1)), payloadBytes: 1, control: false, idempotencyKey: key)
+        }
+        for (offset, key) in keys.enumerated() {
+            #expect(index.original(topic: "t", key: key) == Int64(offset + 1) * 10, "\(Array(key))")
+        }
+        #expect(index.original(topic: "t", key: Data(repeating: 9, count: 41)) == nil)
+        #expect(index.original(topic: "t", key: Data([0])) == nil)
+        #expect(index.original(topic: "u", key: Data([1])) == nil)
+    }
+
     @Test("a head kept in the topics table counts even when fewer rows are left")
     func seededHeads() {
         var index = EnvelopeIndex()
