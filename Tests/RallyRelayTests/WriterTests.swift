@@ -93,8 +93,14 @@ final class LoopRecordingStore: SynchronousAppending, ForwardingStore {
     private let enteredContinuation: AsyncStream<Void>.Continuation
     private let release = DispatchSemaphore(value: 0)
     /// Per commit: the index in `loops` of the loop it ran on (-1: none),
-    /// and its batch size.
-    let commits = Mutex<[(loop: Int, size: Int)]>([])
+    /// whether it used the synchronous append, and its batch size.
+    let commits = Mutex<[Commit]>([])
+
+    struct Commit: Equatable {
+        var loop: Int
+        var synchronous: Bool
+        var size: Int
+    }
 
     init(_ inner: SQLiteRelayStore, loops: [any EventLoop]) {
         self.inner = inner
@@ -106,7 +112,7 @@ final class LoopRecordingStore: SynchronousAppending, ForwardingStore {
         _ batch: [PublishRequest], serverTimeMilliseconds: Int64
     ) throws -> [Result<AppendResult, AppendRefusal>] {
         let loop = loops.firstIndex { $0.inEventLoop } ?? -1
-        commits.withLock { $0.append((loop, batch.count)) }
+        commits.withLock { $0.append(Commit(loop: loop, synchronous: true, size: batch.count)) }
         let isFirst = heldFirst.withLock { seen in
             defer { seen = true }
             return !seen
@@ -124,7 +130,7 @@ final class LoopRecordingStore: SynchronousAppending, ForwardingStore {
         _ batch: [PublishRequest], serverTimeMilliseconds: Int64
     ) async throws -> [Result<AppendResult, AppendRefusal>] {
         let loop = loops.firstIndex { $0.inEventLoop } ?? -1
-        commits.withLock { $0.append((loop, batch.count)) }
+        commits.withLock { $0.append(Commit(loop: loop, synchronous: false, size: batch.count)) }
         return try await inner.append(batch, serverTimeMilliseconds: serverTimeMilliseconds)
     }
 }
@@ -173,7 +179,7 @@ struct WriterTests {
     }
 
     @Test(
-        "a publish to an idle writer is committed and answered on its own event loop; what queues behind that commit goes to a task, in order"
+        "a publish to an idle writer is committed and answered on its own event loop; what queues behind that commit goes to the commit thread, in order"
     )
     func commitsOnTheLoops() async throws {
         let directory = try TemporaryDirectory()
@@ -196,7 +202,7 @@ struct WriterTests {
         var entered = store.entered.makeAsyncIterator()
         _ = await entered.next()
         // Loop a is inside its commit; loop b queues two behind it, which
-        // a task commits so that loop a serves its sockets again.
+        // the commit thread commits so that loop a serves its sockets again.
         b.execute {
             submit("second", on: b)
             submit("third", on: b)
@@ -213,8 +219,11 @@ struct WriterTests {
         #expect(seen["first"]?.onItsLoop == true, "answered from the loop that committed it")
         #expect(seen["second"]?.onItsLoop == false && seen["third"]?.onItsLoop == false)
         let commits = store.commits.withLock { $0 }
-        #expect(commits.map(\.loop) == [0, -1], "loop a, then a task (on no loop)")
-        #expect(commits.map(\.size) == [1, 2])
+        #expect(
+            commits == [
+                LoopRecordingStore.Commit(loop: 0, synchronous: true, size: 1),
+                LoopRecordingStore.Commit(loop: -1, synchronous: true, size: 2),
+            ], "loop a, then the commit thread (on neither loop), both with the synchronous append")
         await services.writer.close()
         try await store.close()
         try await group.shutdownGracefully()
