@@ -8,6 +8,7 @@ final class RelayMetrics: Sendable {
     let publishes: Counter
     let duplicates: Counter
     let deliveries: Counter
+    let liveWrites: Counter
     let openConnections: Gauge
     let commitBatchSize: ValueHistogram
     let commitLatency: DurationHistogram
@@ -26,6 +27,10 @@ final class RelayMetrics: Sendable {
                 "duplicate_publishes", unit: "total", help: "Retried publishes answered with the stored seq."))
         deliveries = registry.makeCounter(
             descriptor: Self.name("deliveries", unit: "total", help: "Envelopes sent to subscribers."))
+        liveWrites = registry.makeCounter(
+            descriptor: Self.name(
+                "live_writes", unit: "total",
+                help: "Deliveries the commit that stored the envelope wrote itself, not the subscription's task."))
         openConnections = registry.makeGauge(
             descriptor: Self.name("open_connections", unit: "", help: "Open WebSocket connections."))
         commitBatchSize = registry.makeValueHistogram(

@@ -60,6 +60,7 @@ actor RelaySession {
     nonisolated let isAuthenticated = Atomic<Bool>(false)
     private let send: Send
     private let sendEncoded: SendEncoded
+    private let writeLive: LiveDelivery.Write?
     private let acks: AsyncStream<WireServerFrame>
     private let ackContinuation: AsyncStream<WireServerFrame>.Continuation
     private(set) var inboxID: InboxID?
@@ -72,11 +73,13 @@ actor RelaySession {
     private var toldShuttingDown = false
 
     /// Without `sendEncoded` (tests that read frames), encoded frames are
-    /// decoded again and go through `send`.
+    /// decoded again and go through `send`. Without `writeLive`, every live
+    /// envelope goes through its subscription's feed.
     init(
         services: RelayServices, remoteIP: String = "local", send: @escaping Send,
-        sendEncoded: SendEncoded? = nil
+        sendEncoded: SendEncoded? = nil, writeLive: LiveDelivery.Write? = nil
     ) {
+        self.writeLive = writeLive
         self.services = services
         self.remoteIP = remoteIP
         lastActivityNanoseconds = Atomic(services.clock.monotonic.nanoseconds)
@@ -345,7 +348,7 @@ actor RelaySession {
         nextGeneration += 1
         let feed = SubscriptionFeed(
             topic: topic.rawValue, requestID: requestID, cursor: subscribe.afterSeq, services: services, send: send,
-            sendEncoded: sendEncoded, accessKey: accessKey, readBound: bound)
+            sendEncoded: sendEncoded, accessKey: accessKey, readBound: bound, writeLive: writeLive)
         let task = Task {
             _ = await feed.run()
             self.subscriptionEnded(topic: topic.rawValue, generation: generation)

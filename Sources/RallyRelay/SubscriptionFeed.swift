@@ -35,6 +35,9 @@ struct SubscriptionFeed: Sendable {
     var accessKey: Data? = nil
     /// The last seq that key may read (nil: unbounded, the current key).
     var readBound: UInt64? = nil
+    /// Writes a live envelope to the subscriber's socket without waiting,
+    /// or returns false (nil: every envelope goes through this feed).
+    var writeLive: LiveDelivery.Write? = nil
 
     /// Where delivery stands: what was sent, and how far the key may read.
     private struct Progress {
@@ -46,7 +49,9 @@ struct SubscriptionFeed: Sendable {
     func run() async -> Outcome {
         let hub = services.hub
         let capacity = services.limits.subscriberBufferSize
-        var subscription = hub.subscribe(topic: topic, capacity: capacity)
+        let live = liveDelivery()
+        defer { live?.stop() }
+        var subscription = hub.subscribe(topic: topic, capacity: capacity, live: live)
         var progress = Progress(lastSent: cursor, bound: readBound)
         do {
             if let accessKey, let name = try? TopicName(validating: topic) {
@@ -65,7 +70,8 @@ struct SubscriptionFeed: Sendable {
                 hub.unsubscribe(subscription.id)
                 guard resyncs < services.limits.maxCatchUpResyncs else { return await slowConsumer() }
                 resyncs += 1
-                subscription = hub.subscribe(topic: topic, capacity: capacity)
+                live?.newBuffer()
+                subscription = hub.subscribe(topic: topic, capacity: capacity, live: live)
             }
             var subscribed = WireSubscribed()
             subscribed.topic = topic
@@ -75,8 +81,13 @@ struct SubscriptionFeed: Sendable {
             frame.subscribed = subscribed
             try await send(frame)
             progress.subscribed = true
+            // A key with a read bound ends the subscription at it: this
+            // feed sends everything, to see the end.
+            if progress.bound == nil { live?.goLive(after: progress.lastSent) }
 
-            for await item in subscription.items where item.envelope.seq > progress.lastSent {
+            for await item in subscription.items {
+                if let live { progress.lastSent = max(progress.lastSent, live.took()) }
+                guard item.envelope.seq > progress.lastSent else { continue }
                 if item.envelope.seq > progress.lastSent + 1 {
                     // A gap: with several nodes, this node's own commits can
                     // reach the hub before another node's earlier ones.
@@ -85,6 +96,7 @@ struct SubscriptionFeed: Sendable {
                     if item.envelope.seq <= progress.lastSent { continue }
                 }
                 try await deliver(item.envelope, retiredKey: item.retiredKey, frame: item.frame, &progress)
+                live?.sent(through: progress.lastSent)
             }
             try Task.checkCancellation()
             switch hub.unsubscribe(subscription.id) {
@@ -108,6 +120,19 @@ struct SubscriptionFeed: Sendable {
         } catch {
             hub.unsubscribe(subscription.id)
             return .stopped
+        }
+    }
+
+    /// The hub's direct path for this subscription, counting what it
+    /// delivers like the feed does.
+    private func liveDelivery() -> LiveDelivery? {
+        guard let writeLive else { return nil }
+        let metrics = services.metrics
+        return LiveDelivery { frame in
+            guard writeLive(frame) else { return false }
+            metrics.deliveries.increment()
+            metrics.liveWrites.increment()
+            return true
         }
     }
 

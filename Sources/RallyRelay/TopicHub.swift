@@ -38,6 +38,8 @@ final class TopicHub: Sendable {
     private struct Entry {
         let topic: String
         let continuation: AsyncStream<Item>.Continuation
+        /// Writes the subscriber's next envelope itself when it may.
+        let live: LiveDelivery?
     }
 
     private struct State {
@@ -62,8 +64,9 @@ final class TopicHub: Sendable {
 
     private let state = Mutex(State())
 
-    /// Starts buffering live envelopes of `topic` for a new subscriber.
-    func subscribe(topic: String, capacity: Int) -> Subscription {
+    /// Starts buffering live envelopes of `topic` for a new subscriber;
+    /// with `live`, the hub offers each envelope to it first.
+    func subscribe(topic: String, capacity: Int, live: LiveDelivery? = nil) -> Subscription {
         let (stream, continuation) = AsyncStream<Item>.makeStream(
             bufferingPolicy: .bufferingOldest(max(1, capacity)))
         let id = state.withLock { state in
@@ -73,7 +76,7 @@ final class TopicHub: Sendable {
                 continuation.finish()
                 state.endedReasons[id] = .shutDown
             } else {
-                state.entries[id] = Entry(topic: topic, continuation: continuation)
+                state.entries[id] = Entry(topic: topic, continuation: continuation, live: live)
                 state.byTopic[topic, default: []].insert(id)
             }
             return id
@@ -115,6 +118,10 @@ final class TopicHub: Sendable {
             state.withLock { state in
                 for id in state.byTopic[item.envelope.topic] ?? [] {
                     guard let entry = state.entries[id] else { continue }
+                    if let live = entry.live, live.offer(item) {
+                        delivered += 1
+                        continue
+                    }
                     switch entry.continuation.yield(item) {
                     case .enqueued:
                         delivered += 1

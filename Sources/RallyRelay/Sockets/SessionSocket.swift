@@ -55,7 +55,8 @@ final class SessionSocket: Sendable {
         self.writer = writer
         session = RelaySession(
             services: services, remoteIP: remoteIP, send: { frame in try await writer.send(frame) },
-            sendEncoded: { buffer in try await writer.send(encoded: buffer) })
+            sendEncoded: { buffer in try await writer.send(encoded: buffer) },
+            writeLive: { buffer in writer.writeLive(buffer) })
         // The close future, not `channelInactive`: it also completes for a
         // socket that closed before its handlers were added.
         channel.closeFuture.whenComplete { _ in self.socketClosed() }
@@ -267,6 +268,20 @@ private final class SocketWriter: Sendable {
     func writeNow(_ frame: WireServerFrame) {
         guard !state.withLock({ $0.closed }) else { return }
         write(ByteBuffer(bytes: FrameCodec.encode(frame)))
+    }
+
+    /// Writes a live envelope the hub hands over from a commit, if the
+    /// socket can take it now. Always through the loop's queue, even on
+    /// the loop: a frame a feed wrote from another thread is queued there,
+    /// and this one must go out after it. Nothing goes out after the close
+    /// frame, which closing queues once `closed` is set.
+    func writeLive(_ buffer: ByteBuffer) -> Bool {
+        guard !state.withLock({ $0.closed }), channel.isWritable else { return false }
+        channel.eventLoop.execute {
+            guard !self.state.withLock({ $0.closed }) else { return }
+            self.write(buffer)
+        }
+        return true
     }
 
     /// Writes a frame encoded once for several sockets: the buffer's bytes
