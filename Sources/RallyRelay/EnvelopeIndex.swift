@@ -1,9 +1,10 @@
 import Foundation
 
 /// What the SQLite store knows about its envelopes without reading them:
-/// each topic's head, its rows in seq order and its idempotency keys. It
-/// lives in memory so that an append writes one row and no index of
-/// SQLite's (ADR 0029); the store rebuilds it from its rows at open.
+/// each topic's head, its rows in seq order, its idempotency keys and its
+/// chain of access keys. It lives in memory so that an append writes one
+/// row and reads nothing of SQLite's (ADR 0029); the store rebuilds it from
+/// its rows and its `topic_keys` at open.
 struct EnvelopeIndex: Sendable {
     /// One stored envelope: where its row is and until when it is readable.
     struct Entry: Sendable, Equatable {
@@ -23,6 +24,9 @@ struct EnvelopeIndex: Sendable {
         var entries: [Entry] = []
         /// Idempotency key → the row it stored.
         var keys: [Key: Int64] = [:]
+        /// The topic's access keys: its current one, and the retired ones
+        /// with the last seq each may read (`topic_keys`).
+        var accessKeys: [Data: AccessKeyStatus] = [:]
     }
 
     /// An idempotency key as a dictionary key. Clients send 16 bytes, which
@@ -59,6 +63,14 @@ struct EnvelopeIndex: Sendable {
     func head(of topic: String) -> AppendRules.Head { topics[topic]?.head ?? AppendRules.Head() }
 
     func original(topic: String, key: Data) -> Int64? { topics[topic]?.keys[Key(key)] }
+
+    /// `.current` or `.retired` for a key the topic holds; nil for any
+    /// other key (the store tells unknown, unregistered and deleted apart).
+    func heldKey(topic: String, key: Data) -> AccessKeyStatus? { topics[topic]?.accessKeys[key] }
+
+    /// Whether the topic holds any access key (it was founded and not
+    /// deleted).
+    func holdsKeys(topic: String) -> Bool { topics[topic]?.accessKeys.isEmpty == false }
 
     /// The first `limit` readable entries after `seq`, in seq order. A copy:
     /// a slice would keep the topic's array shared, and the next append
@@ -97,6 +109,11 @@ struct EnvelopeIndex: Sendable {
         topics[topic] = seeded
     }
 
+    /// One row of `topic_keys`: NULL `valid_through` is the current key.
+    mutating func loadKey(topic: String, key: Data, validThrough: Int64?) {
+        topics[topic, default: Topic()].accessKeys[key] = .held(validThrough: validThrough)
+    }
+
     /// One stored row, read in row order at open.
     mutating func load(
         topic: String, entry: Entry, payloadBytes: Int64, control: Bool, idempotencyKey: Data?
@@ -122,8 +139,41 @@ struct EnvelopeIndex: Sendable {
             var head: AppendRules.Head
             var entries: [Entry] = []
             var keys: [Key: Int64] = [:]
+            var accessKeys: [Data: AccessKeyStatus] = [:]
         }
         fileprivate var topics: [String: Delta] = [:]
+
+        func heldKey(topic: String, key: Data, in index: EnvelopeIndex) -> AccessKeyStatus? {
+            topics[topic]?.accessKeys[key] ?? index.heldKey(topic: topic, key: key)
+        }
+
+        func holdsKeys(topic: String, in index: EnvelopeIndex) -> Bool {
+            topics[topic]?.accessKeys.isEmpty == false || index.holdsKeys(topic: topic)
+        }
+
+        /// A founding publish registered `key` as the topic's first.
+        mutating func registered(_ key: Data, topic: String, in index: EnvelopeIndex) {
+            change(topic, in: index) { $0.accessKeys[key] = .current }
+        }
+
+        /// A rotation at `seq`: every current key reads up to `seq`, and
+        /// `newKey` is current (again, if it was retired).
+        mutating func rotated(topic: String, at seq: Int64, to newKey: Data, in index: EnvelopeIndex) {
+            let base = index.topics[topic]?.accessKeys ?? [:]
+            let merged = base.merging(topics[topic]?.accessKeys ?? [:]) { _, pending in pending }
+            change(topic, in: index) { delta in
+                for (key, status) in merged where status == .current {
+                    delta.accessKeys[key] = .retired(validThrough: UInt64(max(0, seq)))
+                }
+                delta.accessKeys[newKey] = .current
+            }
+        }
+
+        private mutating func change(_ topic: String, in index: EnvelopeIndex, _ body: (inout Delta) -> Void) {
+            var delta = topics[topic] ?? Delta(head: index.head(of: topic))
+            body(&delta)
+            topics[topic] = delta
+        }
 
         func head(of topic: String, in index: EnvelopeIndex) -> AppendRules.Head {
             topics[topic]?.head ?? index.head(of: topic)
@@ -153,6 +203,7 @@ struct EnvelopeIndex: Sendable {
             topics[name, default: Topic()].head = delta.head
             topics[name]?.entries.append(contentsOf: delta.entries)
             topics[name]?.keys.merge(delta.keys) { _, new in new }
+            topics[name]?.accessKeys.merge(delta.accessKeys) { _, new in new }
         }
     }
 

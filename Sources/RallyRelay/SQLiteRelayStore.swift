@@ -150,6 +150,10 @@ public final class SQLiteRelayStore: RelayStore, SynchronousAppending {
         while let row = try heads.next() {
             index.seed(topic: row["name"], lastSeq: row["last_seq"], lastControlSeq: row["last_control_seq"])
         }
+        let keys = try Row.fetchCursor(db, sql: "SELECT topic, access_key, valid_through FROM topic_keys")
+        while let row = try keys.next() {
+            index.loadKey(topic: row["topic"], key: row["access_key"], validThrough: row["valid_through"])
+        }
         let rows = try Row.fetchCursor(
             db,
             sql: """
@@ -212,7 +216,9 @@ public final class SQLiteRelayStore: RelayStore, SynchronousAppending {
                 key.flatMap { pending.original(topic: request.topic, key: $0, in: index) }
             )
         }
-        let keyStatus = try request.accessKey.map { try Self.status(topic: request.topic, key: $0, db: db) }
+        let keyStatus = try request.accessKey.map {
+            try status(topic: request.topic, key: $0, pending: pending, db: db)
+        }
         // A retry is answered before any other check, with what its
         // original stored.
         if let original {
@@ -243,8 +249,10 @@ public final class SQLiteRelayStore: RelayStore, SynchronousAppending {
             try db.execute(
                 sql: "INSERT INTO topic_keys (topic, access_key, valid_through) VALUES (?, ?, NULL)",
                 arguments: [request.topic, accessKey])
+            index.withLock { pending.registered(accessKey, topic: request.topic, in: $0) }
         }
         if retired != nil, let newKey = request.rotateAccessKey {
+            index.withLock { pending.rotated(topic: request.topic, at: seq, to: newKey, in: $0) }
             // The old key reads up to and including this entry.
             try db.execute(
                 sql: "UPDATE topic_keys SET valid_through = ? WHERE topic = ? AND valid_through IS NULL",
@@ -267,39 +275,34 @@ public final class SQLiteRelayStore: RelayStore, SynchronousAppending {
         try db.cachedStatement(sql: "SELECT \(envelopeColumns) FROM envelope_log WHERE id = ?")
     }
 
-    private static func status(topic: String, key: Data, db: Database) throws -> AccessKeyStatus {
-        if let row = try Row.fetchOne(
-            db.cachedStatement(sql: "SELECT valid_through FROM topic_keys WHERE topic = ? AND access_key = ?"),
-            arguments: [topic, key])
-        {
-            return .held(validThrough: row["valid_through"])
+    /// A key's status from the index (with what the batch has changed so
+    /// far); only a key the topic does not hold reads SQLite, for the
+    /// topic's tombstone.
+    private func status(
+        topic: String, key: Data, pending: EnvelopeIndex.Pending = EnvelopeIndex.Pending(), db: Database
+    ) throws -> AccessKeyStatus {
+        let (held, holdsKeys) = index.withLock { index in
+            (pending.heldKey(topic: topic, key: key, in: index), pending.holdsKeys(topic: topic, in: index))
         }
-        return try statusOfKeyNotHeld(topic: topic, db: db)
-    }
-
-    /// The status of a key the topic does not hold. A deleted topic has no
-    /// keys left, so the tombstone is read only off the hot path.
-    private static func statusOfKeyNotHeld(topic: String, db: Database) throws -> AccessKeyStatus {
+        if let held { return held }
         if try Bool.fetchOne(
             db.cachedStatement(sql: "SELECT EXISTS (SELECT 1 FROM deleted_topics WHERE topic = ?)"),
             arguments: [topic]) == true
         {
             return .deleted
         }
-        let known = try Bool.fetchOne(
-            db, sql: "SELECT EXISTS (SELECT 1 FROM topic_keys WHERE topic = ?)", arguments: [topic])
-        return known == true ? .unknown : .unregistered
+        return holdsKeys ? .unknown : .unregistered
     }
 
     public func accessKeyStatus(topic: String, key: Data) async throws -> AccessKeyStatus {
-        try await pool.read { db in try Self.status(topic: topic, key: key, db: db) }
+        try await pool.read { db in try self.status(topic: topic, key: key, db: db) }
     }
 
     public func deleteTopic(_ topic: String, accessKey: Data, nowMilliseconds: Int64) async throws -> TopicDeletion {
         try await pool.writeWithoutTransaction { db in
             var deletion = TopicDeletion.alreadyDeleted
             try db.inTransaction {
-                switch try Self.status(topic: topic, key: accessKey, db: db) {
+                switch try self.status(topic: topic, key: accessKey, db: db) {
                 case .deleted: return .commit
                 case .current: break
                 case let other:

@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import RallyCrypto
 import Testing
 
 @testable import RallyRelay
@@ -57,6 +58,49 @@ struct EnvelopeLogTests {
         #expect(retried.map(\.duplicate) == [false, false])
         let page = try await store.fetch(topic: "group/a", after: 0, limit: 10, nowMilliseconds: 3)
         #expect(page.envelopes.map(\.payload) == [Data("first".utf8), Data("2".utf8)])
+        try await store.close()
+    }
+
+    @Test(
+        "a topic's chain of keys outlives a reopen: the founding key retired at the rotation, the new one current, others unknown, a rotation back to a retired key current again"
+    )
+    func keyChainAcrossReopen() async throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let (first, second, stranger) = (testAccess(41), testAccess(42), testAccess(43))
+        let topic = "group/" + first.foundedTopicID
+        func publish(_ key: TopicAccess, expected: UInt64, rotate: TopicAccess? = nil) -> PublishRequest {
+            PublishRequest(
+                topic: topic, payload: Data("x".utf8), accessKey: key.publicKey, control: true,
+                expectedControlSeq: expected, rotateAccessKey: rotate?.publicKey)
+        }
+        do {
+            let store = try SQLiteRelayStore(url: directory.storeURL)
+            // Founded and rotated in one batch: the second publish sees the
+            // key the first registered.
+            let seqs = try await store.appendAll(
+                [publish(first, expected: 0), publish(first, expected: 1, rotate: second)], serverTimeMilliseconds: 1)
+            #expect(seqs.map(\.envelope.seq) == [1, 2])
+            try await store.close()
+        }
+        let store = try SQLiteRelayStore(url: directory.storeURL)
+        #expect(try await store.accessKeyStatus(topic: topic, key: first.publicKey) == .retired(validThrough: 2))
+        #expect(try await store.accessKeyStatus(topic: topic, key: second.publicKey) == .current)
+        #expect(try await store.accessKeyStatus(topic: topic, key: stranger.publicKey) == .unknown)
+        #expect(
+            try await store.accessKeyStatus(topic: "group/" + stranger.foundedTopicID, key: stranger.publicKey)
+                == .unregistered)
+        #expect(
+            try await store.append([publish(first, expected: 2)], serverTimeMilliseconds: 2) == [
+                .failure(.accessRevoked(lastReadableSeq: 2))
+            ])
+        _ = try await store.appendAll([publish(second, expected: 2, rotate: first)], serverTimeMilliseconds: 3)
+        #expect(try await store.accessKeyStatus(topic: topic, key: first.publicKey) == .current)
+        #expect(try await store.accessKeyStatus(topic: topic, key: second.publicKey) == .retired(validThrough: 3))
+        #expect(
+            try await store.deleteTopic(topic, accessKey: first.publicKey, nowMilliseconds: 4) == .deleted(envelopes: 3)
+        )
+        #expect(try await store.accessKeyStatus(topic: topic, key: first.publicKey) == .deleted)
         try await store.close()
     }
 
