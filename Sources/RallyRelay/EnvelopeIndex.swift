@@ -183,14 +183,15 @@ struct EnvelopeIndex: Sendable {
             topics[topic]?.keys[Key(key)] ?? index.original(topic: topic, key: key)
         }
 
-        /// `entry` appended after `head` (the head `head(of:in:)` gave).
+        /// `entry` appended after `head` (the head `head(of:in:)` gave,
+        /// which starts the topic's changes if it has none yet).
         mutating func append(
             _ entry: Entry, topic: String, after head: AppendRules.Head, payloadBytes: Int64, control: Bool,
             idempotencyKey: Data?
         ) {
             var delta = topics[topic] ?? Delta(head: head)
             delta.head.lastSeq = entry.seq
-            delta.head.bytes = head.bytes + payloadBytes
+            delta.head.bytes += payloadBytes
             if control { delta.head.lastControlSeq = entry.seq }
             delta.entries.append(entry)
             if let idempotencyKey { delta.keys[Key(idempotencyKey)] = entry.rowID }
@@ -200,22 +201,14 @@ struct EnvelopeIndex: Sendable {
 
     mutating func apply(_ pending: Pending) {
         for (name, delta) in pending.topics {
-            topics[name, default: Topic()].head = delta.head
-            topics[name]?.entries.append(contentsOf: delta.entries)
-            topics[name]?.keys.merge(delta.keys) { _, new in new }
-            topics[name]?.accessKeys.merge(delta.accessKeys) { _, new in new }
+            topics[name, default: Topic()].take(delta)
         }
     }
 
     /// Forgets deleted rows. Heads stay: a seq is never given twice.
     mutating func remove(_ removals: [Removal]) {
         for (name, removed) in Dictionary(grouping: removals, by: \.topic) {
-            let seqs = Set(removed.map(\.seq))
-            topics[name]?.entries.removeAll { seqs.contains($0.seq) }
-            topics[name]?.head.bytes -= removed.reduce(0) { $0 + $1.payloadBytes }
-            for key in removed.compactMap(\.idempotencyKey) {
-                topics[name]?.keys[Key(key)] = nil
-            }
+            topics[name]?.forget(removed)
         }
     }
 
@@ -234,6 +227,22 @@ extension EnvelopeIndex.Topic {
         if control { head.lastControlSeq = max(head.lastControlSeq, entry.seq) }
         head.bytes += payloadBytes
         if let idempotencyKey { keys[EnvelopeIndex.Key(idempotencyKey)] = entry.rowID }
+    }
+
+    /// A committed batch's changes, in one access to the topic: its arrays
+    /// and dictionaries stay unique, so nothing is copied.
+    fileprivate mutating func take(_ delta: EnvelopeIndex.Pending.Delta) {
+        head = delta.head
+        entries.append(contentsOf: delta.entries)
+        keys.merge(delta.keys) { _, new in new }
+        accessKeys.merge(delta.accessKeys) { _, new in new }
+    }
+
+    fileprivate mutating func forget(_ removed: [EnvelopeIndex.Removal]) {
+        let seqs = Set(removed.map(\.seq))
+        entries.removeAll { seqs.contains($0.seq) }
+        head.bytes -= removed.reduce(0) { $0 + $1.payloadBytes }
+        for key in removed.compactMap(\.idempotencyKey) { keys[EnvelopeIndex.Key(key)] = nil }
     }
 
     fileprivate mutating func sortIfNeeded() {

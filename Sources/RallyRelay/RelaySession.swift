@@ -63,7 +63,9 @@ actor RelaySession {
     private let writeLive: LiveDelivery.Write?
     private let acks: AsyncStream<WireServerFrame>
     private let ackContinuation: AsyncStream<WireServerFrame>.Continuation
-    private(set) var inboxID: InboxID?
+    /// The authenticated inbox, once there is one: kept in the gate, which
+    /// the loop's publishes read too.
+    nonisolated var inboxID: InboxID? { gate.withLock { $0.inboxID } }
     private var subscriptions: [String: ActiveSubscription] = [:]
     private var nextGeneration: UInt64 = 1
     private var isClosed = false
@@ -232,7 +234,6 @@ actor RelaySession {
         if let inboxID, inboxID != verified {
             throw RelayFailure(.invalidRequest, "this connection is already authenticated as another inbox")
         }
-        inboxID = verified
         gate.withLock { $0.inboxID = verified }
         isAuthenticated.store(true, ordering: .relaxed)
         var authenticated = WireAuthenticated()

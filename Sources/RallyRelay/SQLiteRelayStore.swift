@@ -19,9 +19,10 @@ public final class SQLiteRelayStore: RelayStore, SynchronousAppending {
 
     /// Throws `StoreInUse` when another process has the store open.
     public init(url: URL) throws {
-        try OwnerOnlyFile.prepare(url)
-        lock = try StoreLock(beside: url)
         pool = try OwnerOnlyFile.openPool(url, label: "rally.relay.store")
+        // Before anything is read or migrated; opening the pool changes
+        // nothing another process could see.
+        lock = try StoreLock(beside: url)
         try Self.ownerOnlyDirectory(of: url)
         try Self.migrator.migrate(pool)
         index = Mutex(try pool.read { db in try Self.loadIndex(db) })
@@ -124,11 +125,12 @@ public final class SQLiteRelayStore: RelayStore, SynchronousAppending {
                 table.column("control", .boolean).notNull().defaults(to: false)
                 table.column("retires_key", .blob)
             }
+            // The columns as of this migration, spelled out: a later column
+            // must not change what it copies.
+            let columns =
+                "topic, seq, server_time_ms, payload, should_push, expires_at_ms, idempotency_key, control, retires_key"
             try db.execute(
-                sql: """
-                    INSERT INTO envelope_log (\(Self.storedColumns))
-                    SELECT \(Self.storedColumns) FROM envelopes ORDER BY topic, seq
-                    """)
+                sql: "INSERT INTO envelope_log (\(columns)) SELECT \(columns) FROM envelopes ORDER BY topic, seq")
             try db.drop(table: "envelopes")
             // Both keys grow with time, so an append adds to their last page.
             try db.create(
@@ -141,7 +143,8 @@ public final class SQLiteRelayStore: RelayStore, SynchronousAppending {
         return migrator
     }
 
-    private static let storedColumns =
+    /// What an append writes and a read takes back (the key is ignored).
+    private static let columns =
         "topic, seq, server_time_ms, payload, should_push, expires_at_ms, idempotency_key, control, retires_key"
 
     private static func loadIndex(_ db: Database) throws -> EnvelopeIndex {
@@ -235,7 +238,7 @@ public final class SQLiteRelayStore: RelayStore, SynchronousAppending {
         let seq = head.lastSeq + 1
         let retired = AppendRules.retiredKey(by: request)
         try db.cachedStatement(
-            sql: "INSERT INTO envelope_log (\(Self.storedColumns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            sql: "INSERT INTO envelope_log (\(Self.columns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
         ).execute(arguments: [
             request.topic, seq, serverTime, request.payload, request.shouldPush,
             request.expiresAtMilliseconds, key, request.control, retired,
@@ -268,11 +271,8 @@ public final class SQLiteRelayStore: RelayStore, SynchronousAppending {
         return .success(AppendResult(envelope: stored, duplicate: false, retiredKey: retired))
     }
 
-    private static let envelopeColumns =
-        "topic, seq, server_time_ms, payload, should_push, expires_at_ms, control, retires_key"
-
     private static func rowStatement(_ db: Database) throws -> Statement {
-        try db.cachedStatement(sql: "SELECT \(envelopeColumns) FROM envelope_log WHERE id = ?")
+        try db.cachedStatement(sql: "SELECT \(columns) FROM envelope_log WHERE id = ?")
     }
 
     /// A key's status from the index (with what the batch has changed so

@@ -44,6 +44,8 @@ struct SubscriptionFeed: Sendable {
         var lastSent: UInt64
         var bound: UInt64?
         var subscribed = false
+        /// Told of every seq sent, so the hub's direct writes follow on.
+        let live: LiveDelivery?
     }
 
     func run() async -> Outcome {
@@ -52,7 +54,7 @@ struct SubscriptionFeed: Sendable {
         let live = liveDelivery()
         defer { live?.stop() }
         var subscription = hub.subscribe(topic: topic, capacity: capacity, live: live)
-        var progress = Progress(lastSent: cursor, bound: readBound)
+        var progress = Progress(lastSent: cursor, bound: readBound, live: live)
         do {
             if let accessKey, let name = try? TopicName(validating: topic) {
                 // Read again after registering with the hub: a rotation
@@ -96,7 +98,6 @@ struct SubscriptionFeed: Sendable {
                     if item.envelope.seq <= progress.lastSent { continue }
                 }
                 try await deliver(item.envelope, retiredKey: item.retiredKey, frame: item.frame, &progress)
-                live?.sent(through: progress.lastSent)
             }
             try Task.checkCancellation()
             switch hub.unsubscribe(subscription.id) {
@@ -180,6 +181,9 @@ struct SubscriptionFeed: Sendable {
         progress.lastSent = envelope.seq
         if progress.bound == nil, let accessKey, retiredKey == accessKey { progress.bound = envelope.seq }
         if let bound = progress.bound, envelope.seq >= bound { throw Revoked() }
+        // Only past the bound checks: the hub writes nothing after a seq
+        // that ends the subscription.
+        progress.live?.sent(through: envelope.seq)
     }
 
     /// The relay is stopping: the subscription ends with `SHUTTING_DOWN`
