@@ -165,6 +165,63 @@ struct WebSocketTests {
         await fixture.stop()
     }
 
+    @Test(
+        "a removed member's live subscription, whose envelopes the commits may write themselves, ends with ACCESS_REVOKED at the rotation and never gets the entry after it"
+    )
+    func liveSubscriptionEndsAtRotation() async throws {
+        let fixture = try await RelayFixture()
+        let (first, second) = (testAccess(61), testAccess(62))
+        let topic = "group/" + first.foundedTopicID
+        let member = try await WireClient.connect(fixture)
+        try await member.authenticate(Identity(displayName: "Member"))
+        var subscribe = WireSubscribe()
+        subscribe.topic = topic
+        subscribe.proof = member.proof(topic, first)
+        try await member.send(2, .subscribe(subscribe))
+        #expect(try await member.next()?.subscribed.caughtUpSeq == 0)
+
+        let admin = try await WireClient.connect(fixture)
+        try await admin.authenticate(Identity(displayName: "Admin"))
+        func publish(
+            _ requestID: UInt64, _ text: String, _ access: TopicAccess, control: Bool = false, expected: UInt64 = 0,
+            rotate: TopicAccess? = nil
+        ) async throws -> UInt64 {
+            var body = publishBody(topic, text)
+            body.proof = admin.proof(topic, access)
+            body.control = control
+            body.expectedControlSeq = expected
+            if let rotate { body.rotateAccessKey = rotate.publicKey }
+            try await admin.send(requestID, .publish(body))
+            return try #require(try await admin.next()).publishAck.seq
+        }
+        // One at a time, each received before the next: the member's feed
+        // is caught up and idle, the state in which commits write to it.
+        #expect(try await publish(10, "create", first, control: true) == 1)
+        #expect(try await member.next()?.envelope.seq == 1)
+        #expect(try await publish(11, "hello", first) == 2)
+        #expect(try await member.next()?.envelope.seq == 2)
+        #expect(try await publish(12, "rotate", first, control: true, expected: 1, rotate: second) == 3)
+        #expect(try await publish(13, "after", second) == 4)
+
+        var seqs: [UInt64] = []
+        var revoked: WireServerFrame?
+        var ping = WirePing()
+        ping.nonce = 9
+        try await member.send(20, .ping(ping))
+        while let frame = try await member.next() {
+            if case .envelope(let envelope)? = frame.body { seqs.append(envelope.seq) }
+            if seqs.contains(where: { $0 > 3 }) { break }
+            if frame.errorCode != nil { revoked = frame }
+            if case .pong? = frame.body, revoked != nil { break }
+            if case .pong? = frame.body { try await member.send(20, .ping(ping)) }
+        }
+        #expect(seqs == [3], "the rotating entry, and nothing after it")
+        #expect(revoked?.errorCode == .accessRevoked && revoked?.error.seq == 3)
+        await admin.close()
+        await member.close()
+        await fixture.stop()
+    }
+
     @Test("a garbage frame gets MALFORMED_FRAME and a close; other connections carry on")
     func malformedFrame() async throws {
         let fixture = try await RelayFixture()
