@@ -4,28 +4,68 @@ public import RallyCrypto
 public import RallyWire
 import Synchronization
 
-/// The embedded store: one SQLite file in WAL mode with `synchronous=FULL`,
-/// so a returned `append` has reached the disk.
-///
-/// Envelopes are rows appended to one table with no index of SQLite's on
-/// the append path; their heads, seq order and idempotency keys are kept
-/// in memory (`EnvelopeIndex`) and rebuilt from the rows at open
-/// (ADR 0029). One process at a time opens a store (`StoreLock`).
+/// The embedded store. Envelopes are records in preallocated segment
+/// files: a batch is one `pwrite` and one `fdatasync`, so a returned
+/// `append` has reached the disk (ADR 0030). Their heads, seq order,
+/// idempotency keys and key chains are kept in memory (`EnvelopeIndex`)
+/// and rebuilt from the segments at open. One SQLite file in WAL mode with
+/// `synchronous=FULL` holds the rest: key bundles, tombstones, pruning
+/// marks and a checkpoint of heads and key chains, written when the store
+/// prunes, so that segments can be deleted. One process at a time opens a
+/// store (`StoreLock`).
 public final class SQLiteRelayStore: RelayStore, SynchronousAppending {
     /// Internal for the durability test, which reads its writer's pragma.
     let pool: DatabasePool
     private let index: Mutex<EnvelopeIndex>
+    private let segments: SegmentFiles
+    /// The one writer: appends, deletions and pruning take it in turn.
+    private let writer: Mutex<SegmentWriter>
     private let lock: StoreLock
+    /// Where the async calls run: a commit waits for `fdatasync`, which must
+    /// not hold one of Swift's few cooperative threads.
+    private let queue = DispatchQueue(label: "rally.relay.store")
 
-    /// Throws `StoreInUse` when another process has the store open.
-    public init(url: URL) throws {
+    /// Throws `StoreInUse` when another process has the store open, and
+    /// `SegmentDamaged` when a segment is damaged before its end.
+    public convenience init(url: URL) throws {
+        try self.init(
+            url: url, firstSegmentBytes: SegmentFiles.defaultFirstSegmentBytes,
+            maxSegmentBytes: SegmentFiles.defaultMaxSegmentBytes)
+    }
+
+    /// Tests give small segments, to see them fill and be deleted.
+    init(url: URL, firstSegmentBytes: Int, maxSegmentBytes: Int) throws {
         pool = try OwnerOnlyFile.openPool(url, label: "rally.relay.store")
         // Before anything is read or migrated; opening the pool changes
         // nothing another process could see.
         lock = try StoreLock(beside: url)
         try Self.ownerOnlyDirectory(of: url)
         try Self.migrator.migrate(pool)
-        index = Mutex(try pool.read { db in try Self.loadIndex(db) })
+        let directory = URL(fileURLWithPath: url.path + "-segments")
+        try EnvelopeLogMove.moveIfNeeded(
+            pool, into: directory, firstSegmentBytes: firstSegmentBytes, maxSegmentBytes: maxSegmentBytes)
+        segments = SegmentFiles(
+            directory: directory, firstSegmentBytes: firstSegmentBytes, maxSegmentBytes: maxSegmentBytes)
+        var (loaded, checkpoint) = try pool.read { db in try Self.loadCheckpoint(db) }
+        let tail = try segments.scanAll { logged, location in
+            guard !loaded.isDeleted(logged.topic) else { return }
+            loaded.replay(
+                logged, at: location, checkpointedSeq: checkpoint.heads[logged.topic] ?? 0,
+                pruned: checkpoint.pruned.contains(location.marked))
+        }
+        loaded.finishLoading()
+        index = Mutex(loaded)
+        writer = Mutex(SegmentWriter(files: segments, tail: tail))
+        let present = segments.ids
+        if checkpoint.pruned.contains(where: { !present.contains($0.segment) }) {
+            // Marks of a segment whose deletion was cut short.
+            try pool.write { db in
+                try db.execute(
+                    sql:
+                        "DELETE FROM envelope_removals WHERE segment NOT IN (\(present.map(String.init).joined(separator: ",")))"
+                )
+            }
+        }
     }
 
     /// An existing data directory that holds nothing but this store's
@@ -140,197 +180,165 @@ public final class SQLiteRelayStore: RelayStore, SynchronousAppending {
                 index: "envelope_log_inbox_age", on: "envelope_log", columns: ["server_time_ms"],
                 condition: Column("topic").like("inbox/%"))
         }
+        migrator.registerMigration("v5-envelope-segments") { db in
+            // Envelopes move to segment files (ADR 0030; `EnvelopeLogMove`
+            // moves the rows of `envelope_log` and drops it). A pruned entry
+            // stays in its segment until the whole segment is dead: its
+            // mark keeps it from being replayed.
+            try db.execute(
+                sql: """
+                    CREATE TABLE envelope_removals (
+                        segment INTEGER NOT NULL, "offset" INTEGER NOT NULL, PRIMARY KEY (segment, "offset")
+                    ) WITHOUT ROWID
+                    """)
+        }
         return migrator
     }
 
-    /// What an append writes and a read takes back (the key is ignored).
-    private static let columns =
-        "topic, seq, server_time_ms, payload, should_push, expires_at_ms, idempotency_key, control, retires_key"
+    /// What SQLite holds of the envelopes: the checkpointed heads (the seq
+    /// each topic's `topic_keys` rows are current through) and the marks
+    /// of pruned entries.
+    private struct Checkpoint {
+        var heads: [String: Int64] = [:]
+        var pruned: Set<SegmentLocation.Mark> = []
+    }
 
-    private static func loadIndex(_ db: Database) throws -> EnvelopeIndex {
+    private static func loadCheckpoint(_ db: Database) throws -> (EnvelopeIndex, Checkpoint) {
         var index = EnvelopeIndex()
+        var checkpoint = Checkpoint()
         let heads = try Row.fetchCursor(db, sql: "SELECT name, last_seq, last_control_seq FROM topics")
         while let row = try heads.next() {
             index.seed(topic: row["name"], lastSeq: row["last_seq"], lastControlSeq: row["last_control_seq"])
+            checkpoint.heads[row["name"]] = row["last_seq"]
         }
         let keys = try Row.fetchCursor(db, sql: "SELECT topic, access_key, valid_through FROM topic_keys")
         while let row = try keys.next() {
             index.loadKey(topic: row["topic"], key: row["access_key"], validThrough: row["valid_through"])
         }
-        let rows = try Row.fetchCursor(
-            db,
-            sql: """
-                SELECT id, topic, seq, expires_at_ms, length(payload) AS bytes, control, idempotency_key
-                FROM envelope_log ORDER BY id
-                """)
-        while let row = try rows.next() {
-            index.load(
-                topic: row["topic"],
-                entry: EnvelopeIndex.Entry(
-                    seq: row["seq"], rowID: row["id"], expiresAtMilliseconds: row["expires_at_ms"]),
-                payloadBytes: row["bytes"], control: row["control"], idempotencyKey: row["idempotency_key"])
+        let tombstones = try String.fetchCursor(db, sql: "SELECT topic FROM deleted_topics")
+        while let topic = try tombstones.next() { index.loadTombstone(topic) }
+        let marks = try Row.fetchCursor(db, sql: #"SELECT segment, "offset" FROM envelope_removals"#)
+        while let row = try marks.next() {
+            checkpoint.pruned.insert(SegmentLocation.Mark(segment: row["segment"], offset: row["offset"]))
         }
-        index.finishLoading()
-        return index
+        return (index, checkpoint)
     }
 
     public func append(
         _ batch: [PublishRequest], serverTimeMilliseconds: Int64
     ) async throws -> [Result<AppendResult, AppendRefusal>] {
-        guard !batch.isEmpty else { return [] }
-        return try await pool.writeWithoutTransaction { db in
-            try self.append(batch, serverTime: serverTimeMilliseconds, db: db)
-        }
+        try await onQueue { try self.appendNow(batch, serverTimeMilliseconds: serverTimeMilliseconds) }
     }
 
     /// The same append on the caller's thread: a socket's event loop
-    /// commits with it and waits for the fsync there, as Redis's one thread
+    /// commits with it and waits for the sync there, as Redis's one thread
     /// does (ADR 0028).
+    ///
+    /// The batch is one record. The index learns of its entries only after
+    /// the record is synced, so no reader sees them before they are on disk;
+    /// a batch whose record fails takes no seq and no key.
     func appendNow(
         _ batch: [PublishRequest], serverTimeMilliseconds: Int64
     ) throws -> [Result<AppendResult, AppendRefusal>] {
         guard !batch.isEmpty else { return [] }
-        return try pool.writeWithoutTransaction { db in try append(batch, serverTime: serverTimeMilliseconds, db: db) }
-    }
-
-    /// One transaction for the batch. The index learns of its rows only
-    /// after the commit, still inside the writer, so no other write and no
-    /// reader sees them before they are on disk.
-    private func append(
-        _ batch: [PublishRequest], serverTime: Int64, db: Database
-    ) throws -> [Result<AppendResult, AppendRefusal>] {
-        var pending = EnvelopeIndex.Pending()
-        var results: [Result<AppendResult, AppendRefusal>] = []
-        try db.inTransaction {
-            results = try batch.map { try append($0, serverTime: serverTime, pending: &pending, db: db) }
-            return .commit
+        return try writer.withLock { writer in
+            var pending = EnvelopeIndex.Pending()
+            let results = try batch.map { try append($0, serverTime: serverTimeMilliseconds, pending: &pending) }
+            guard !pending.isEmpty else { return results }
+            let placed = try writer.append(SegmentRecord.encode(pending.logged))
+            index.withLock { $0.apply(pending, segment: placed.segment, recordOffset: placed.offset) }
+            return results
         }
-        index.withLock { $0.apply(pending) }
-        return results
     }
 
     private func append(
-        _ request: PublishRequest, serverTime: Int64, pending: inout EnvelopeIndex.Pending, db: Database
+        _ request: PublishRequest, serverTime: Int64, pending: inout EnvelopeIndex.Pending
     ) throws -> Result<AppendResult, AppendRefusal> {
         let key: Data? = request.idempotencyKey.isEmpty ? nil : request.idempotencyKey
-        let (head, original) = index.withLock { index in
+        let (head, original, keyStatus) = index.withLock { index in
             (
                 pending.head(of: request.topic, in: index),
-                key.flatMap { pending.original(topic: request.topic, key: $0, in: index) }
+                key.flatMap { pending.original(topic: request.topic, key: $0, in: index) },
+                request.accessKey.map { Self.status(topic: request.topic, key: $0, pending: pending, in: index) }
             )
-        }
-        let keyStatus = try request.accessKey.map {
-            try status(topic: request.topic, key: $0, pending: pending, db: db)
         }
         // A retry is answered before any other check, with what its
         // original stored.
         if let original {
-            guard let row = try Row.fetchOne(Self.rowStatement(db), arguments: [original]) else {
-                throw DatabaseError(resultCode: .SQLITE_INTERNAL, message: "an indexed envelope has no row")
+            switch original {
+            case .inBatch(let logged): return AppendRules.retry(of: logged.envelope, keyStatus: keyStatus)
+            case .stored(let location): return AppendRules.retry(of: try read(location).envelope, keyStatus: keyStatus)
             }
-            return AppendRules.retry(of: Self.envelope(row), keyStatus: keyStatus)
         }
-        let registers: Bool
+        let founds: Bool
         switch AppendRules.check(request, head: head, keyStatus: keyStatus) {
         case .failure(let refusal): return .failure(refusal)
-        case .success(let founds): registers = founds
+        case .success(let founding): founds = founding
         }
-        let seq = head.lastSeq + 1
         let retired = AppendRules.retiredKey(by: request)
-        try db.cachedStatement(
-            sql: "INSERT INTO envelope_log (\(Self.columns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
-        ).execute(arguments: [
-            request.topic, seq, serverTime, request.payload, request.shouldPush,
-            request.expiresAtMilliseconds, key, request.control, retired,
-        ])
-        pending.append(
-            EnvelopeIndex.Entry(
-                seq: seq, rowID: db.lastInsertedRowID, expiresAtMilliseconds: request.expiresAtMilliseconds),
-            topic: request.topic, after: head, payloadBytes: Int64(request.payload.count), control: request.control,
-            idempotencyKey: key)
-        if registers, let accessKey = request.accessKey {
-            try db.execute(
-                sql: "INSERT INTO topic_keys (topic, access_key, valid_through) VALUES (?, ?, NULL)",
-                arguments: [request.topic, accessKey])
-            index.withLock { pending.registered(accessKey, topic: request.topic, in: $0) }
-        }
-        if retired != nil, let newKey = request.rotateAccessKey {
-            index.withLock { pending.rotated(topic: request.topic, at: seq, to: newKey, in: $0) }
-            // The old key reads up to and including this entry.
-            try db.execute(
-                sql: "UPDATE topic_keys SET valid_through = ? WHERE topic = ? AND valid_through IS NULL",
-                arguments: [seq, request.topic])
-            try db.execute(
-                sql: """
-                    INSERT INTO topic_keys (topic, access_key, valid_through) VALUES (?, ?, NULL)
-                    ON CONFLICT (topic, access_key) DO UPDATE SET valid_through = NULL
-                    """,
-                arguments: [request.topic, newKey])
-        }
-        let stored = AppendRules.envelope(request, seq: seq, serverTime: serverTime)
-        return .success(AppendResult(envelope: stored, duplicate: false, retiredKey: retired))
+        let logged = LoggedEntry(
+            topic: request.topic, seq: head.lastSeq + 1, serverTime: serverTime,
+            expiresAt: request.expiresAtMilliseconds, payload: request.payload, shouldPush: request.shouldPush,
+            control: request.control, idempotencyKey: key, retiresKey: retired,
+            registersKey: founds ? request.accessKey : nil, rotatesTo: retired == nil ? nil : request.rotateAccessKey)
+        index.withLock { pending.append(logged, after: head, in: $0) }
+        return .success(AppendResult(envelope: logged.envelope, duplicate: false, retiredKey: retired))
     }
 
-    private static func rowStatement(_ db: Database) throws -> Statement {
-        try db.cachedStatement(sql: "SELECT \(columns) FROM envelope_log WHERE id = ?")
+    /// The entry at `location`; a reclaimed segment is one whose entries
+    /// were all pruned.
+    private func read(_ location: SegmentLocation) throws -> LoggedEntry {
+        guard let file = segments.file(location.segment) else {
+            throw SegmentDamaged(
+                path: segments.directory.appendingPathComponent(SegmentFiles.name(of: location.segment)).path,
+                offset: Int(location.offset), reason: "the index names a segment that is gone")
+        }
+        return try file.read(at: location).withUnsafeBytes { try SegmentRecord.decodeEntry($0) }
     }
 
-    /// A key's status from the index (with what the batch has changed so
-    /// far); only a key the topic does not hold reads SQLite, for the
-    /// topic's tombstone.
-    private func status(
-        topic: String, key: Data, pending: EnvelopeIndex.Pending = EnvelopeIndex.Pending(), db: Database
-    ) throws -> AccessKeyStatus {
-        let (held, holdsKeys) = index.withLock { index in
-            (pending.heldKey(topic: topic, key: key, in: index), pending.holdsKeys(topic: topic, in: index))
-        }
-        if let held { return held }
-        if try Bool.fetchOne(
-            db.cachedStatement(sql: "SELECT EXISTS (SELECT 1 FROM deleted_topics WHERE topic = ?)"),
-            arguments: [topic]) == true
-        {
-            return .deleted
-        }
-        return holdsKeys ? .unknown : .unregistered
+    /// A key's status, from the index alone (with what the batch has
+    /// changed so far).
+    private static func status(
+        topic: String, key: Data, pending: EnvelopeIndex.Pending = EnvelopeIndex.Pending(), in index: EnvelopeIndex
+    ) -> AccessKeyStatus {
+        if let held = pending.heldKey(topic: topic, key: key, in: index) { return held }
+        if index.isDeleted(topic) { return .deleted }
+        return pending.holdsKeys(topic: topic, in: index) ? .unknown : .unregistered
     }
 
     public func accessKeyStatus(topic: String, key: Data) async throws -> AccessKeyStatus {
-        try await pool.read { db in try self.status(topic: topic, key: key, db: db) }
+        index.withLock { Self.status(topic: topic, key: key, in: $0) }
     }
 
     public func deleteTopic(_ topic: String, accessKey: Data, nowMilliseconds: Int64) async throws -> TopicDeletion {
-        try await pool.writeWithoutTransaction { db in
-            var deletion = TopicDeletion.alreadyDeleted
-            try db.inTransaction {
-                switch try self.status(topic: topic, key: accessKey, db: db) {
-                case .deleted: return .commit
-                case .current: break
-                case let other:
-                    deletion = .refused(other)
-                    return .commit
+        try await onQueue {
+            try self.writer.withLock { _ in
+                let (status, count) = self.index.withLock {
+                    (Self.status(topic: topic, key: accessKey, in: $0), $0.entryCount(of: topic))
                 }
-                let rows = self.index.withLock { $0.rowIDs(of: topic) }
-                let delete = try db.cachedStatement(sql: "DELETE FROM envelope_log WHERE id = ?")
-                for row in rows { try delete.execute(arguments: [row]) }
-                try db.execute(sql: "DELETE FROM topic_keys WHERE topic = ?", arguments: [topic])
-                try db.execute(sql: "DELETE FROM topics WHERE name = ?", arguments: [topic])
-                try db.execute(
-                    sql: "INSERT INTO deleted_topics (topic, deleted_at_ms) VALUES (?, ?)",
-                    arguments: [topic, nowMilliseconds])
-                deletion = .deleted(envelopes: rows.count)
-                return .commit
+                switch status {
+                case .deleted: return .alreadyDeleted
+                case .current: break
+                case let other: return .refused(other)
+                }
+                // Its entries stay in their segments, dead: no replay reads
+                // a tombstoned topic's.
+                try self.pool.write { db in
+                    try db.execute(sql: "DELETE FROM topic_keys WHERE topic = ?", arguments: [topic])
+                    try db.execute(sql: "DELETE FROM topics WHERE name = ?", arguments: [topic])
+                    try db.execute(
+                        sql: "INSERT INTO deleted_topics (topic, deleted_at_ms) VALUES (?, ?)",
+                        arguments: [topic, nowMilliseconds])
+                }
+                self.index.withLock { $0.removeTopic(topic) }
+                return .deleted(envelopes: count)
             }
-            if case .deleted = deletion { self.index.withLock { $0.removeTopic(topic) } }
-            return deletion
         }
     }
 
     public func fetch(
         topic: String, after: UInt64, limit: Int, maxBytes: Int, nowMilliseconds: Int64
     ) async throws -> FetchResult {
-        // The index is read before the read transaction starts: every row
-        // it names committed before, so the snapshot holds it unless a
-        // deletion (expiry, the topic's) has taken it since.
         let (entries, head) = index.withLock { index in
             (
                 index.entries(
@@ -338,28 +346,26 @@ public final class SQLiteRelayStore: RelayStore, SynchronousAppending {
                 index.head(of: topic).lastSeq
             )
         }
-        return try await pool.read { db in
-            let statement = try Self.rowStatement(db)
-            var envelopes: [WireEnvelope] = []
-            var retiredKeys: [UInt64: Data] = [:]
-            var bytes = 0
-            for entry in entries {
-                guard let row = try Row.fetchOne(statement, arguments: [entry.rowID]) else { continue }
-                let envelope = Self.envelope(row)
-                // Byte-bounded pages: always at least one envelope.
-                if maxBytes > 0, !envelopes.isEmpty, bytes + envelope.payload.count > maxBytes { break }
-                bytes += envelope.payload.count
-                if let retired = row["retires_key"] as Data? { retiredKeys[envelope.seq] = retired }
-                envelopes.append(envelope)
-            }
-            return FetchResult(envelopes: envelopes, headSeq: UInt64(max(0, head)), retiredKeys: retiredKeys)
+        var envelopes: [WireEnvelope] = []
+        var retiredKeys: [UInt64: Data] = [:]
+        var bytes = 0
+        for entry in entries {
+            // A segment deleted since the index was read held only pruned
+            // entries.
+            guard let file = segments.file(entry.location.segment) else { continue }
+            let logged = try file.read(at: entry.location).withUnsafeBytes { try SegmentRecord.decodeEntry($0) }
+            // Byte-bounded pages: always at least one envelope.
+            if maxBytes > 0, !envelopes.isEmpty, bytes + logged.payload.count > maxBytes { break }
+            bytes += logged.payload.count
+            if let retired = logged.retiresKey { retiredKeys[UInt64(logged.seq)] = retired }
+            envelopes.append(logged.envelope)
         }
+        return FetchResult(envelopes: envelopes, headSeq: UInt64(max(0, head)), retiredKeys: retiredKeys)
     }
 
     public func headSeq(topic: String) async throws -> UInt64 {
         UInt64(max(0, index.withLock { $0.head(of: topic).lastSeq }))
     }
-
     public func putKeyBundle(
         _ bundle: WireSignedKeyBundle, inboxID: InboxID, signingPublicKey: Data, createdAtMilliseconds: Int64
     ) async throws -> KeyBundlePutResult {
@@ -404,42 +410,72 @@ public final class SQLiteRelayStore: RelayStore, SynchronousAppending {
         }
     }
 
+    /// Prunes in memory and marks what it pruned in SQLite, in one
+    /// transaction with the checkpoint of every head and key chain that
+    /// changed since the last; then deletes the segments left with no live
+    /// entry (never the one being written).
     public func deleteExpired(nowMilliseconds: Int64, inboxCutoffMilliseconds: Int64) async throws -> Int {
-        try await pool.writeWithoutTransaction { db in
-            var removals: [EnvelopeIndex.Removal] = []
-            try db.inTransaction {
-                let rows = try Row.fetchAll(
-                    db,
-                    sql: """
-                        DELETE FROM envelope_log
-                        WHERE (expires_at_ms > 0 AND expires_at_ms < :now)
-                           OR (:cutoff > 0 AND topic LIKE 'inbox/%' AND server_time_ms < :cutoff)
-                        RETURNING topic, seq, length(payload) AS bytes, idempotency_key
-                        """,
-                    arguments: ["now": nowMilliseconds, "cutoff": inboxCutoffMilliseconds])
-                removals = rows.map {
-                    EnvelopeIndex.Removal(
-                        topic: $0["topic"], seq: $0["seq"], payloadBytes: $0["bytes"],
-                        idempotencyKey: $0["idempotency_key"])
+        try await onQueue {
+            try self.writer.withLock { writer in
+                let (removals, checkpoint) = self.index.withLock {
+                    (
+                        $0.expired(nowMilliseconds: nowMilliseconds, inboxCutoffMilliseconds: inboxCutoffMilliseconds),
+                        $0.checkpoint
+                    )
                 }
-                // A topic's head outlives its rows: kept in `topics`, it is
-                // where the next open starts counting when no row is left.
-                let heads = self.index.withLock { index in
-                    Set(removals.map(\.topic)).map { ($0, index.head(of: $0)) }
+                try self.pool.write { db in
+                    let mark = try db.cachedStatement(
+                        sql: #"INSERT OR IGNORE INTO envelope_removals (segment, "offset") VALUES (?, ?)"#)
+                    for removal in removals {
+                        try mark.execute(arguments: [removal.entry.location.segment, removal.entry.location.offset])
+                    }
+                    try Self.write(checkpoint, db: db)
                 }
-                let keep = try db.cachedStatement(
-                    sql: """
-                        INSERT INTO topics (name, last_seq, last_control_seq) VALUES (?, ?, ?)
-                        ON CONFLICT (name) DO UPDATE SET last_seq = excluded.last_seq,
-                        last_control_seq = excluded.last_control_seq
-                        """)
-                for (topic, head) in heads {
-                    try keep.execute(arguments: [topic, head.lastSeq, head.lastControlSeq])
+                self.index.withLock {
+                    $0.remove(removals)
+                    $0.checkpointed()
                 }
-                return .commit
+                let candidates = self.segments.ids.filter { $0 != writer.activeSegment }
+                let dead = self.index.withLock { $0.deadSegments(among: candidates) }
+                guard !dead.isEmpty else { return removals.count }
+                // The checkpoint above holds every key change the dead
+                // segments carried; the marks go once the files are gone.
+                try self.segments.delete(dead)
+                try self.pool.write { db in
+                    try db.execute(
+                        sql:
+                            "DELETE FROM envelope_removals WHERE segment IN (\(dead.map(String.init).joined(separator: ",")))"
+                    )
+                }
+                self.index.withLock { $0.forgetSegments(dead) }
+                return removals.count
             }
-            self.index.withLock { $0.remove(removals) }
-            return removals.count
+        }
+    }
+
+    /// Heads, and whole key chains where they changed.
+    private static func write(_ checkpoint: [EnvelopeIndex.Checkpoint], db: Database) throws {
+        let head = try db.cachedStatement(
+            sql: """
+                INSERT INTO topics (name, last_seq, last_control_seq) VALUES (?, ?, ?)
+                ON CONFLICT (name) DO UPDATE SET last_seq = excluded.last_seq,
+                last_control_seq = excluded.last_control_seq
+                """)
+        let clearKeys = try db.cachedStatement(sql: "DELETE FROM topic_keys WHERE topic = ?")
+        let key = try db.cachedStatement(
+            sql: "INSERT INTO topic_keys (topic, access_key, valid_through) VALUES (?, ?, ?)")
+        for topic in checkpoint {
+            try head.execute(arguments: [topic.topic, topic.head.lastSeq, topic.head.lastControlSeq])
+            guard let accessKeys = topic.accessKeys else { continue }
+            try clearKeys.execute(arguments: [topic.topic])
+            for (accessKey, status) in accessKeys {
+                let validThrough: Int64? =
+                    switch status {
+                    case .retired(let through): Int64(clamping: through)
+                    default: nil
+                    }
+                try key.execute(arguments: [topic.topic, accessKey, validThrough])
+            }
         }
     }
 
@@ -448,15 +484,19 @@ public final class SQLiteRelayStore: RelayStore, SynchronousAppending {
         lock.release()
     }
 
-    private static func envelope(_ row: Row) -> WireEnvelope {
-        var envelope = WireEnvelope()
-        envelope.topic = row["topic"]
-        envelope.seq = UInt64(max(0, row["seq"] as Int64))
-        envelope.serverTimeMs = row["server_time_ms"]
-        envelope.payload = row["payload"]
-        envelope.shouldPush = row["should_push"]
-        envelope.expiresAtMs = row["expires_at_ms"]
-        envelope.control = row["control"]
-        return envelope
+    private func onQueue<Value: Sendable>(_ body: @escaping @Sendable () throws -> Value) async throws -> Value {
+        try await withCheckedThrowingContinuation { continuation in
+            queue.async { continuation.resume(with: Result { try body() }) }
+        }
     }
+}
+
+extension SegmentLocation {
+    /// What a pruning mark names.
+    struct Mark: Hashable, Sendable {
+        var segment: UInt32
+        var offset: UInt32
+    }
+
+    var marked: Mark { Mark(segment: segment, offset: offset) }
 }

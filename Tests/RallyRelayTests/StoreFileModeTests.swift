@@ -16,7 +16,9 @@ struct StoreFileModeTests {
         try #require(try FileManager.default.attributesOfItem(atPath: path)[.posixPermissions] as? Int)
     }
 
-    @Test("Under umask 022 a new data directory is 0700 and the database, -wal and -shm are 0600")
+    @Test(
+        "Under umask 022 a new data directory and its segment directory are 0700, and the database, -wal, -shm and segments are 0600"
+    )
     func ownerOnlyUnderUmask022() async throws {
         let parent = try TemporaryDirectory()
         defer { parent.remove() }
@@ -28,8 +30,16 @@ struct StoreFileModeTests {
         _ = try await store.append([request], serverTimeMilliseconds: 1)
         let files = try FileManager.default.contentsOfDirectory(atPath: data.path)
         #expect(files.contains("relay.sqlite-wal"))
-        for file in files {
+        #expect(files.contains("relay.sqlite-segments"))
+        for file in files where file != "relay.sqlite-segments" {
             #expect(try Self.mode(data.appendingPathComponent(file).path) == 0o600, "\(file)")
+        }
+        let segments = data.appendingPathComponent("relay.sqlite-segments")
+        #expect(try Self.mode(segments.path) == 0o700)
+        let segmentFiles = try FileManager.default.contentsOfDirectory(atPath: segments.path)
+        #expect(segmentFiles == ["00000000.segment"])
+        for file in segmentFiles {
+            #expect(try Self.mode(segments.appendingPathComponent(file).path) == 0o600, "\(file)")
         }
         #expect(try Self.mode(data.path) == 0o700)
         try await store.close()

@@ -1,0 +1,364 @@
+import Foundation
+
+/// What the embedded store knows about its envelopes without reading them:
+/// each topic's head, its entries in seq order with where each is in the
+/// segments, its idempotency keys and its chain of access keys. An append
+/// reads nothing from disk (ADR 0029); the store rebuilds the index from
+/// its segments and its SQLite checkpoint at open (ADR 0030).
+struct EnvelopeIndex: Sendable {
+    /// One stored envelope: where it is and until when it is readable.
+    struct Entry: Sendable, Equatable {
+        var seq: Int64
+        /// 0: it never expires.
+        var expiresAtMilliseconds: Int64
+        /// When the relay stored it (inboxes are pruned by age).
+        var storedAtMilliseconds: Int64
+        var location: SegmentLocation
+        var payloadBytes: UInt32
+
+        func isReadable(at nowMilliseconds: Int64) -> Bool {
+            expiresAtMilliseconds == 0 || expiresAtMilliseconds >= nowMilliseconds
+        }
+    }
+
+    struct Topic: Sendable {
+        var head = AppendRules.Head()
+        /// Stored envelopes, in seq order.
+        var entries: [Entry] = []
+        /// Idempotency key → the seq it stored.
+        var keys: [Key: Int64] = [:]
+        /// The topic's access keys: its current one, and the retired ones
+        /// with the last seq each may read.
+        var accessKeys: [Data: AccessKeyStatus] = [:]
+    }
+
+    /// An idempotency key as a dictionary key. Clients send 16 bytes, which
+    /// fit in the value itself. As `Data`, each key was an allocation of its
+    /// own: a million stored envelopes with keys took 181 MiB of the relay's
+    /// memory instead of 95 MiB (ADR 0029).
+    enum Key: Hashable, Sendable {
+        case inline(UInt64, UInt64, count: UInt8)
+        case long(Data)
+
+        init(_ data: Data) {
+            guard data.count <= 16 else {
+                self = .long(data)
+                return
+            }
+            var words: (UInt64, UInt64) = (0, 0)
+            withUnsafeMutableBytes(of: &words) { words in
+                data.withUnsafeBytes { bytes in words.copyMemory(from: bytes) }
+            }
+            self = .inline(words.0, words.1, count: UInt8(data.count))
+        }
+    }
+
+    /// An entry pruned from a topic.
+    struct Removal: Sendable, Equatable {
+        var topic: String
+        var entry: Entry
+    }
+
+    /// What a checkpoint writes of one topic: its head, and its key chain
+    /// when that changed since the last one.
+    struct Checkpoint: Sendable, Equatable {
+        var topic: String
+        var head: AppendRules.Head
+        var accessKeys: [Data: AccessKeyStatus]?
+    }
+
+    private var topics: [String: Topic] = [:]
+    /// Live entries per segment: a segment with none left can be deleted.
+    private(set) var liveEntries: [UInt32: Int] = [:]
+    /// Topics whose head, or key chain, SQLite's checkpoint does not hold.
+    private var changedHeads: Set<String> = []
+    private var changedKeys: Set<String> = []
+    /// Tombstones, from `deleted_topics`: an append never reads SQLite.
+    private var deletedTopics: Set<String> = []
+
+    func isDeleted(_ topic: String) -> Bool { deletedTopics.contains(topic) }
+
+    /// A tombstone read at open.
+    mutating func loadTombstone(_ topic: String) { deletedTopics.insert(topic) }
+
+    func head(of topic: String) -> AppendRules.Head { topics[topic]?.head ?? AppendRules.Head() }
+
+    /// The stored entry that `key` stored on `topic`, if it is still there.
+    func original(topic: String, key: Data) -> Entry? {
+        guard let stored = topics[topic], let seq = stored.keys[Key(key)] else { return nil }
+        let index = Self.firstIndex(in: stored.entries, after: seq - 1)
+        return index < stored.entries.count && stored.entries[index].seq == seq ? stored.entries[index] : nil
+    }
+
+    /// `.current` or `.retired` for a key the topic holds; nil for any
+    /// other key (the store tells unknown, unregistered and deleted apart).
+    func heldKey(topic: String, key: Data) -> AccessKeyStatus? { topics[topic]?.accessKeys[key] }
+
+    /// Whether the topic holds any access key (it was founded and not
+    /// deleted).
+    func holdsKeys(topic: String) -> Bool { topics[topic]?.accessKeys.isEmpty == false }
+
+    /// The first `limit` readable entries after `seq`, in seq order. A copy:
+    /// a slice would keep the topic's array shared, and the next append
+    /// would copy all of it.
+    func entries(of topic: String, after seq: Int64, limit: Int, nowMilliseconds: Int64) -> [Entry] {
+        guard limit > 0, let entries = topics[topic]?.entries else { return [] }
+        var found: [Entry] = []
+        var index = Self.firstIndex(in: entries, after: seq)
+        while index < entries.count, found.count < limit {
+            if entries[index].isReadable(at: nowMilliseconds) { found.append(entries[index]) }
+            index += 1
+        }
+        return found
+    }
+
+    /// How many entries `topic` holds, readable or not.
+    func entryCount(of topic: String) -> Int { topics[topic]?.entries.count ?? 0 }
+
+    private static func firstIndex(in entries: [Entry], after seq: Int64) -> Int {
+        var low = 0
+        var high = entries.count
+        while low < high {
+            let middle = (low + high) / 2
+            if entries[middle].seq <= seq { low = middle + 1 } else { high = middle }
+        }
+        return low
+    }
+
+    // MARK: Building at open
+
+    /// A head kept in the `topics` table: it outlives the entries it counted.
+    mutating func seed(topic: String, lastSeq: Int64, lastControlSeq: Int64) {
+        var seeded = topics[topic] ?? Topic()
+        seeded.head.lastSeq = max(seeded.head.lastSeq, lastSeq)
+        seeded.head.lastControlSeq = max(seeded.head.lastControlSeq, lastControlSeq)
+        topics[topic] = seeded
+    }
+
+    /// One row of `topic_keys`: NULL `valid_through` is the current key.
+    mutating func loadKey(topic: String, key: Data, validThrough: Int64?) {
+        topics[topic, default: Topic()].accessKeys[key] = .held(validThrough: validThrough)
+    }
+
+    /// One entry read back from a segment at open, oldest first. Its key
+    /// changes count only past `checkpointedSeq`: up to it, `topic_keys`
+    /// holds them already. A pruned entry still moves the head.
+    mutating func replay(
+        _ logged: LoggedEntry, at location: SegmentLocation, checkpointedSeq: Int64, pruned: Bool
+    ) {
+        var topic = topics[logged.topic] ?? Topic()
+        if logged.seq > checkpointedSeq {
+            topic.apply(keyChangesOf: logged)
+            changedHeads.insert(logged.topic)
+            if logged.registersKey != nil || logged.rotatesTo != nil { changedKeys.insert(logged.topic) }
+        }
+        topic.head.lastSeq = max(topic.head.lastSeq, logged.seq)
+        if logged.control { topic.head.lastControlSeq = max(topic.head.lastControlSeq, logged.seq) }
+        if !pruned {
+            topic.record(Self.entry(logged, at: location))
+            if let key = logged.idempotencyKey { topic.keys[Key(key)] = logged.seq }
+            liveEntries[location.segment, default: 0] += 1
+        }
+        topics[logged.topic] = topic
+    }
+
+    static func entry(_ logged: LoggedEntry, at location: SegmentLocation) -> Entry {
+        Entry(
+            seq: logged.seq, expiresAtMilliseconds: logged.expiresAt, storedAtMilliseconds: logged.serverTime,
+            location: location, payloadBytes: UInt32(logged.payload.count))
+    }
+
+    /// Once every segment is replayed: a topic's entries are appended in
+    /// seq order, so this sorts only what damage left out of order.
+    mutating func finishLoading() {
+        for name in topics.keys {
+            topics[name]?.sortIfNeeded()
+        }
+    }
+
+    // MARK: Changing
+
+    /// A batch's appends, applied to the index only once its record is
+    /// synced, so a reader never sees a head whose entry it cannot read.
+    /// Entries are placed from the record's start until the writer says
+    /// where the record went.
+    struct Pending: Sendable {
+        fileprivate struct Delta: Sendable {
+            var head: AppendRules.Head
+            var entries: [Entry] = []
+            var logged: [Int64: LoggedEntry] = [:]
+            var keys: [Key: Int64] = [:]
+            var accessKeys: [Data: AccessKeyStatus] = [:]
+        }
+        fileprivate var topics: [String: Delta] = [:]
+        /// The batch's entries in record order, and where the next goes.
+        private(set) var logged: [LoggedEntry] = []
+        private var nextOffset = SegmentRecord.firstEntryOffset
+
+        var isEmpty: Bool { logged.isEmpty }
+
+        func heldKey(topic: String, key: Data, in index: EnvelopeIndex) -> AccessKeyStatus? {
+            topics[topic]?.accessKeys[key] ?? index.heldKey(topic: topic, key: key)
+        }
+
+        func holdsKeys(topic: String, in index: EnvelopeIndex) -> Bool {
+            topics[topic]?.accessKeys.isEmpty == false || index.holdsKeys(topic: topic)
+        }
+
+        func head(of topic: String, in index: EnvelopeIndex) -> AppendRules.Head {
+            topics[topic]?.head ?? index.head(of: topic)
+        }
+
+        /// What an earlier publish of this batch stored under `key`, or
+        /// where the index has it.
+        func original(topic: String, key: Data, in index: EnvelopeIndex) -> Original? {
+            if let delta = topics[topic], let seq = delta.keys[Key(key)], let logged = delta.logged[seq] {
+                return .inBatch(logged)
+            }
+            return index.original(topic: topic, key: key).map { .stored($0.location) }
+        }
+
+        enum Original {
+            case inBatch(LoggedEntry)
+            case stored(SegmentLocation)
+        }
+
+        /// `logged` appended after `head` (the head `head(of:in:)` gave),
+        /// with its key changes.
+        mutating func append(_ logged: LoggedEntry, after head: AppendRules.Head, in index: EnvelopeIndex) {
+            let size = SegmentRecord.encodedSize(of: logged)
+            let entry = EnvelopeIndex.entry(
+                logged, at: SegmentLocation(segment: 0, offset: UInt32(nextOffset), size: UInt32(size)))
+            nextOffset += size
+            self.logged.append(logged)
+            var delta = topics[logged.topic] ?? Delta(head: head)
+            if let founding = logged.registersKey { delta.accessKeys[founding] = .current }
+            if logged.rotatesTo != nil {
+                let base = index.topics[logged.topic]?.accessKeys ?? [:]
+                let merged = base.merging(delta.accessKeys) { _, pending in pending }
+                for (key, status) in merged where status == .current {
+                    delta.accessKeys[key] = .retired(validThrough: UInt64(max(0, logged.seq)))
+                }
+            }
+            if let newKey = logged.rotatesTo { delta.accessKeys[newKey] = .current }
+            delta.head.lastSeq = logged.seq
+            delta.head.bytes += Int64(logged.payload.count)
+            if logged.control { delta.head.lastControlSeq = logged.seq }
+            delta.entries.append(entry)
+            delta.logged[logged.seq] = logged
+            if let key = logged.idempotencyKey { delta.keys[Key(key)] = logged.seq }
+            topics[logged.topic] = delta
+        }
+    }
+
+    /// A synced batch, whose record starts at `recordOffset` of `segment`.
+    mutating func apply(_ pending: Pending, segment: UInt32, recordOffset: Int) {
+        for (name, delta) in pending.topics {
+            var placed = delta
+            for index in placed.entries.indices {
+                placed.entries[index].location.segment = segment
+                placed.entries[index].location.offset += UInt32(recordOffset)
+            }
+            liveEntries[segment, default: 0] += placed.entries.count
+            changedHeads.insert(name)
+            if !placed.accessKeys.isEmpty { changedKeys.insert(name) }
+            topics[name, default: Topic()].take(placed)
+        }
+    }
+
+    /// Entries past their expiry, and inbox entries stored before
+    /// `inboxCutoffMilliseconds` (0: none). A scan of every entry: pruning
+    /// runs once a minute, off the publish path.
+    func expired(nowMilliseconds: Int64, inboxCutoffMilliseconds: Int64) -> [Removal] {
+        var removals: [Removal] = []
+        for (name, topic) in topics {
+            let isInbox = inboxCutoffMilliseconds > 0 && name.hasPrefix("inbox/")
+            for entry in topic.entries
+            where (entry.expiresAtMilliseconds > 0 && entry.expiresAtMilliseconds < nowMilliseconds)
+                || (isInbox && entry.storedAtMilliseconds < inboxCutoffMilliseconds)
+            {
+                removals.append(Removal(topic: name, entry: entry))
+            }
+        }
+        return removals
+    }
+
+    /// Forgets pruned entries. Heads stay: a seq is never given twice.
+    mutating func remove(_ removals: [Removal]) {
+        for (name, removed) in Dictionary(grouping: removals, by: \.topic) {
+            topics[name]?.forget(removed.map(\.entry))
+            for removal in removed { liveEntries[removal.entry.location.segment, default: 0] -= 1 }
+        }
+    }
+
+    /// Forgets a deleted topic and keeps its tombstone (SQLite holds it
+    /// too): the name can never be founded again.
+    mutating func removeTopic(_ topic: String) {
+        for entry in topics[topic]?.entries ?? [] { liveEntries[entry.location.segment, default: 0] -= 1 }
+        topics[topic] = nil
+        deletedTopics.insert(topic)
+        changedHeads.remove(topic)
+        changedKeys.remove(topic)
+    }
+
+    /// Segments among `ids` that hold no live entry.
+    func deadSegments(among ids: [UInt32]) -> [UInt32] {
+        ids.filter { (liveEntries[$0] ?? 0) <= 0 }
+    }
+
+    mutating func forgetSegments(_ ids: [UInt32]) {
+        for id in ids { liveEntries[id] = nil }
+    }
+
+    /// What SQLite's checkpoint lacks; `checkpointed()` once it is written.
+    var checkpoint: [Checkpoint] {
+        changedHeads.compactMap { name in
+            topics[name].map {
+                Checkpoint(topic: name, head: $0.head, accessKeys: changedKeys.contains(name) ? $0.accessKeys : nil)
+            }
+        }
+    }
+
+    mutating func checkpointed() {
+        changedHeads = []
+        changedKeys = []
+    }
+}
+
+extension EnvelopeIndex.Topic {
+    fileprivate mutating func record(_ entry: EnvelopeIndex.Entry) {
+        entries.append(entry)
+        head.bytes += Int64(entry.payloadBytes)
+    }
+
+    fileprivate mutating func apply(keyChangesOf logged: LoggedEntry) {
+        if let founding = logged.registersKey { accessKeys[founding] = .current }
+        if let newKey = logged.rotatesTo {
+            for (key, status) in accessKeys where status == .current {
+                accessKeys[key] = .retired(validThrough: UInt64(max(0, logged.seq)))
+            }
+            accessKeys[newKey] = .current
+        }
+    }
+
+    /// A synced batch's changes, in one access to the topic: its arrays and
+    /// dictionaries stay unique, so nothing is copied.
+    fileprivate mutating func take(_ delta: EnvelopeIndex.Pending.Delta) {
+        head = delta.head
+        entries.append(contentsOf: delta.entries)
+        keys.merge(delta.keys) { _, new in new }
+        accessKeys.merge(delta.accessKeys) { _, new in new }
+    }
+
+    fileprivate mutating func forget(_ removed: [EnvelopeIndex.Entry]) {
+        let seqs = Set(removed.map(\.seq))
+        entries.removeAll { seqs.contains($0.seq) }
+        head.bytes -= removed.reduce(0) { $0 + Int64($1.payloadBytes) }
+        if !keys.isEmpty { keys = keys.filter { !seqs.contains($0.value) } }
+    }
+
+    fileprivate mutating func sortIfNeeded() {
+        guard zip(entries, entries.dropFirst()).contains(where: { $0.seq >= $1.seq }) else { return }
+        entries.sort { $0.seq < $1.seq }
+    }
+}

@@ -1,0 +1,321 @@
+import Foundation
+import Synchronization
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
+/// Where an entry is: its segment, its offset in it and its size.
+struct SegmentLocation: Sendable, Hashable {
+    var segment: UInt32
+    var offset: UInt32
+    var size: UInt32
+}
+
+/// A segment of the log that is damaged before its end: not a torn last
+/// write, which only the newest segment can have, but bytes that were
+/// synced and changed since. The store refuses to open rather than drop
+/// envelopes it acknowledged.
+public struct SegmentDamaged: Error, Equatable, CustomStringConvertible {
+    public var path: String
+    public var offset: Int
+    public var reason: String
+
+    public var description: String {
+        "the relay's envelope segment \(path) is damaged at byte \(offset) (\(reason)): restore the data directory from a backup"
+    }
+}
+
+/// A failed `fsync` leaves the kernel's page cache in a state no retry can
+/// trust, so the writer stops: every later append fails with this until the
+/// relay restarts and replays what reached the disk.
+struct SegmentWriterStopped: Error, CustomStringConvertible {
+    var cause: String
+    var description: String { "the envelope log stopped after a failed sync (\(cause)); restart the relay" }
+}
+
+/// One segment file, open for reading for as long as anyone holds it: a
+/// read that started before a segment was reclaimed finishes on the
+/// unlinked file.
+final class SegmentFile: Sendable {
+    let id: UInt32
+    let path: String
+    let descriptor: Int32
+    let capacity: Int
+
+    fileprivate init(id: UInt32, path: String, descriptor: Int32, capacity: Int) {
+        self.id = id
+        self.path = path
+        self.descriptor = descriptor
+        self.capacity = capacity
+    }
+
+    deinit { close(descriptor) }
+
+    func read(at location: SegmentLocation) throws -> [UInt8] {
+        try SegmentFiles.read(descriptor, offset: Int(location.offset), count: Int(location.size), path: path)
+    }
+}
+
+/// The directory of segment files (ADR 0030): numbered, preallocated, each
+/// a run of records from its start. Only the newest is written; the others
+/// are read and, once nothing in them is live, deleted.
+final class SegmentFiles: Sendable {
+    let directory: URL
+    /// The first segment's size; each next one doubles up to
+    /// `maxSegmentBytes`, so a small store stays small on disk.
+    let firstSegmentBytes: Int
+    let maxSegmentBytes: Int
+    private let files = Mutex<[UInt32: SegmentFile]>([:])
+
+    static let defaultFirstSegmentBytes = 1 << 20
+    static let defaultMaxSegmentBytes = 64 << 20
+
+    init(directory: URL, firstSegmentBytes: Int, maxSegmentBytes: Int) {
+        self.directory = directory
+        self.firstSegmentBytes = firstSegmentBytes
+        self.maxSegmentBytes = max(firstSegmentBytes, maxSegmentBytes)
+    }
+
+    static func name(of id: UInt32) -> String { String(format: "%08x.segment", id) }
+
+    private func path(of id: UInt32) -> String { directory.appendingPathComponent(Self.name(of: id)).path }
+
+    func file(_ id: UInt32) -> SegmentFile? { files.withLock { $0[id] } }
+
+    var ids: [UInt32] { files.withLock { $0.keys.sorted() } }
+
+    // MARK: Opening
+
+    /// What a scan found: each entry with where it is, in log order, and
+    /// where the writer goes on.
+    struct Tail {
+        var segment: SegmentFile?
+        var offset: Int
+    }
+
+    /// Opens every segment in the directory and hands each entry of each
+    /// record to `visit`, oldest first. A torn record at the end of the
+    /// newest segment is zeroed and the writer starts there; anything else
+    /// that is not a record before a segment's zeros is `SegmentDamaged`.
+    func scanAll(_ visit: (LoggedEntry, SegmentLocation) throws -> Void) throws -> Tail {
+        let names = try FileManager.default.contentsOfDirectory(atPath: directory.path)
+        var ids: [UInt32] = []
+        for name in names where name.hasSuffix(".segment") {
+            guard let id = UInt32(name.dropLast(".segment".count), radix: 16), Self.name(of: id) == name else {
+                throw SegmentDamaged(
+                    path: directory.appendingPathComponent(name).path, offset: 0, reason: "not a segment name")
+            }
+            ids.append(id)
+        }
+        ids.sort()
+        var tail = Tail(segment: nil, offset: 0)
+        for id in ids {
+            let path = path(of: id)
+            let descriptor = open(path, O_RDWR | O_CLOEXEC)
+            guard descriptor >= 0 else { throw Self.posixError(errno, "open", path) }
+            var status = stat()
+            guard fstat(descriptor, &status) == 0 else {
+                let failure = errno
+                close(descriptor)
+                throw Self.posixError(failure, "fstat", path)
+            }
+            let file = SegmentFile(id: id, path: path, descriptor: descriptor, capacity: Int(status.st_size))
+            files.withLock { $0[id] = file }
+            let end = try scan(file, isNewest: id == ids.last, visit)
+            tail = Tail(segment: file, offset: end)
+        }
+        return tail
+    }
+
+    /// The offset after the segment's last record.
+    private func scan(
+        _ file: SegmentFile, isNewest: Bool, _ visit: (LoggedEntry, SegmentLocation) throws -> Void
+    ) throws -> Int {
+        let contents = try Self.read(file.descriptor, offset: 0, count: file.capacity, path: file.path)
+        var offset = 0
+        let end: Int = try contents.withUnsafeBytes { bytes in
+            while offset < bytes.count {
+                let rest = UnsafeRawBufferPointer(rebasing: bytes[offset...])
+                do {
+                    let (entries, size) = try SegmentRecord.decode(rest)
+                    for found in entries {
+                        try visit(
+                            found.entry,
+                            SegmentLocation(
+                                segment: file.id, offset: UInt32(offset + found.offset), size: UInt32(found.size)))
+                    }
+                    offset += size
+                } catch {
+                    if rest.prefix(SegmentLimits.headerBytes).allSatisfy({ $0 == 0 }), !isNewest { return offset }
+                    guard isNewest else {
+                        throw SegmentDamaged(path: file.path, offset: offset, reason: "\(error)")
+                    }
+                    // What follows the last whole record of the newest
+                    // segment is a write the crash cut short: it was never
+                    // acknowledged.
+                    try zeroTail(of: file, from: offset, rest)
+                    return offset
+                }
+            }
+            return offset
+        }
+        return end
+    }
+
+    /// Zeroes whatever a torn write left after the newest segment's last
+    /// record, wherever its pages landed, so that the records written
+    /// after it are never followed by its remains.
+    private func zeroTail(of file: SegmentFile, from offset: Int, _ rest: UnsafeRawBufferPointer) throws {
+        guard let last = rest.lastIndex(where: { $0 != 0 }) else { return }
+        try Self.write([UInt8](repeating: 0, count: last + 1), to: file, at: offset)
+        try Self.sync(file)
+    }
+
+    // MARK: Writing
+
+    /// A new segment after `previous`, big enough for `bytes`; preallocated
+    /// so that a sync after an append does not also commit the file's size.
+    func create(after previous: SegmentFile?, holding bytes: Int) throws -> SegmentFile {
+        let id = previous.map { $0.id + 1 } ?? 0
+        let doubled = firstSegmentBytes << min(Int(id), 20)
+        let capacity = max(min(doubled, maxSegmentBytes), bytes)
+        let path = path(of: id)
+        let descriptor = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        guard descriptor >= 0 else { throw Self.posixError(errno, "create", path) }
+        let file = SegmentFile(id: id, path: path, descriptor: descriptor, capacity: capacity)
+        do {
+            try Self.preallocate(file)
+            try Self.sync(file)
+            try Self.syncDirectory(directory)
+        } catch {
+            unlink(path)
+            throw error
+        }
+        files.withLock { $0[id] = file }
+        return file
+    }
+
+    /// Deletes segments nothing refers to any more. The directory is synced
+    /// before the caller forgets their removal marks.
+    func delete(_ ids: [UInt32]) throws {
+        guard !ids.isEmpty else { return }
+        for id in ids {
+            files.withLock { $0[id] = nil }
+            if unlink(path(of: id)) != 0, errno != ENOENT { throw Self.posixError(errno, "unlink", path(of: id)) }
+        }
+        try Self.syncDirectory(directory)
+    }
+
+    static func write(_ bytes: [UInt8], to file: SegmentFile, at offset: Int) throws {
+        try bytes.withUnsafeBytes { buffer in
+            var done = 0
+            while done < buffer.count {
+                let written = pwrite(
+                    file.descriptor, buffer.baseAddress! + done, buffer.count - done, off_t(offset + done))
+                if written < 0 {
+                    if errno == EINTR { continue }
+                    throw posixError(errno, "write", file.path)
+                }
+                done += written
+            }
+        }
+    }
+
+    static func sync(_ file: SegmentFile) throws {
+        #if canImport(Glibc)
+            let synced = fdatasync(file.descriptor)
+        #else
+            let synced = fcntl(file.descriptor, F_FULLFSYNC)
+        #endif
+        guard synced == 0 else { throw posixError(errno, "sync", file.path) }
+    }
+
+    static func syncDirectory(_ directory: URL) throws {
+        let descriptor = open(directory.path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard descriptor >= 0 else { throw posixError(errno, "open", directory.path) }
+        defer { close(descriptor) }
+        guard fsync(descriptor) == 0 else { throw posixError(errno, "sync", directory.path) }
+    }
+
+    private static func preallocate(_ file: SegmentFile) throws {
+        #if canImport(Glibc)
+            let failure = posix_fallocate(file.descriptor, 0, off_t(file.capacity))
+            guard failure == 0 else { throw posixError(failure, "preallocate", file.path) }
+        #else
+            guard ftruncate(file.descriptor, off_t(file.capacity)) == 0 else {
+                throw posixError(errno, "preallocate", file.path)
+            }
+        #endif
+    }
+
+    fileprivate static func read(_ descriptor: Int32, offset: Int, count: Int, path: String) throws -> [UInt8] {
+        var bytes = [UInt8](repeating: 0, count: count)
+        var done = 0
+        try bytes.withUnsafeMutableBytes { buffer in
+            while done < count {
+                let got = pread(descriptor, buffer.baseAddress! + done, count - done, off_t(offset + done))
+                if got < 0 {
+                    if errno == EINTR { continue }
+                    throw posixError(errno, "read", path)
+                }
+                if got == 0 { break }
+                done += got
+            }
+        }
+        guard done == count else {
+            throw SegmentDamaged(path: path, offset: offset + done, reason: "the file ends \(count - done) bytes early")
+        }
+        return bytes
+    }
+
+    static func posixError(_ code: Int32, _ action: String, _ path: String) -> any Error {
+        NSError(
+            domain: NSPOSIXErrorDomain, code: Int(code),
+            userInfo: [NSLocalizedDescriptionKey: "cannot \(action) \(path): \(String(cString: strerror(code)))"])
+    }
+}
+
+/// The one writer of the newest segment. A record is one `pwrite` into the
+/// preallocated file and one `fdatasync` (ADR 0030); the batch is
+/// acknowledged only after both.
+struct SegmentWriter: ~Copyable {
+    let files: SegmentFiles
+    private var active: SegmentFile?
+    private var tail: Int
+    private var stopped: String?
+
+    init(files: SegmentFiles, tail: SegmentFiles.Tail) {
+        self.files = files
+        active = tail.segment
+        self.tail = tail.offset
+    }
+
+    var activeSegment: UInt32? { active?.id }
+
+    /// Writes a record and syncs it; returns where it starts. A failed
+    /// write leaves the tail where it was (the next record overwrites what
+    /// it left); a failed sync stops the writer.
+    mutating func append(_ record: [UInt8]) throws -> (segment: UInt32, offset: Int) {
+        if let stopped { throw SegmentWriterStopped(cause: stopped) }
+        var file: SegmentFile
+        if let active, tail + record.count <= active.capacity {
+            file = active
+        } else {
+            file = try files.create(after: active, holding: record.count)
+            active = file
+            tail = 0
+        }
+        try SegmentFiles.write(record, to: file, at: tail)
+        do {
+            try SegmentFiles.sync(file)
+        } catch {
+            stopped = "\(error)"
+            throw error
+        }
+        defer { tail += record.count }
+        return (file.id, tail)
+    }
+}
