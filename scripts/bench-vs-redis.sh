@@ -4,8 +4,8 @@
 #
 #   scripts/bench-vs-redis.sh [--clients 1,10,100] [--messages 300] [--payload 256] [--no-postgres]
 #
-# Rally:  `rally-bench relay` (a relay in its own process, SQLite WAL with
-#         synchronous=FULL). Each of N clients publishes M messages of P bytes;
+# Rally:  `rally-bench relay` (a relay in its own process, its embedded store:
+#         envelope segments, one fdatasync per batch). Each of N clients publishes M messages of P bytes;
 #         a publish is acknowledged only after the relay's durable commit
 #         (fsync), and each message is delivered to a subscriber. msg/s is
 #         deliveries per second of wall time; latency is publish -> delivery.
@@ -378,7 +378,7 @@ cat <<EOF
 
 What each side measures (not the same work; read the ratio with this in mind):
   Rally: publish -> delivery to a subscriber through the relay; each publish acknowledged
-         after the relay's SQLite commit (WAL, synchronous=FULL, fsync). msg/s = deliveries
+         after the relay's envelope segment is synced (pwrite + fdatasync). msg/s = deliveries
          per second of wall time; p50/p99 = publish -> subscriber receipt; ack p50 =
          publish -> acknowledgement (what redis-benchmark times for XADD). Each client uses
          two WebSocket connections (publisher + subscriber) and sends a topic access proof
