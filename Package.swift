@@ -149,11 +149,12 @@ let package = Package(
         .target(
             name: "RallyWireLoad",
             dependencies: [
-                "RallyWire", "RallyCrypto",
+                "RallyWire", "RallyCrypto", "CLoadEpoll",
                 .product(name: "Crypto", package: "swift-crypto"),
             ],
             swiftSettings: strictImports
         ),
+        .target(name: "CLoadEpoll"),
         // Benchmarks that print measurements; see the README.
         .executableTarget(
             name: "rally-bench",

@@ -243,15 +243,7 @@ public final class WireLoad {
     /// The timed part: every publisher publishes its messages, one at a
     /// time, until every message is acknowledged and delivered.
     public func run() throws(WireLoadError) -> WireLoadResult {
-        // poll(2): on Linux and macOS alike, and a few hundred descriptors
-        // cost it little next to what it returns.
-        var watched: [pollfd] = []
-        for publisher in publishers {
-            watched.append(pollfd(fd: publisher.socket.fd, events: Int16(POLLIN), revents: 0))
-        }
-        for subscriber in subscribers {
-            watched.append(pollfd(fd: subscriber.socket.fd, events: Int16(POLLIN), revents: 0))
-        }
+        var descriptors = try ReadyDescriptors(publishers.map(\.socket.fd) + subscribers.map(\.socket.fd))
         let perClient = plan.messagesPerClient
         let expectedDeliveries = perClient * subscribers.count
         var result = WireLoadResult()
@@ -260,22 +252,18 @@ public final class WireLoad {
         let start = DispatchTime.now().uptimeNanoseconds
         for index in publishers.indices where perClient > 0 { try sendNext(index) }
         while result.acknowledged < perClient * publishers.count || result.delivered < expectedDeliveries {
-            let ready = watched.withUnsafeMutableBufferPointer {
-                poll($0.baseAddress, nfds_t($0.count), Int32(Self.stallSeconds * 1000))
-            }
-            if ready < 0 {
-                guard errno == EINTR else { throw .socket("poll", errno: errno) }
-                continue
-            }
-            guard ready > 0 else {
+            guard try descriptors.wait(timeoutMilliseconds: Int32(Self.stallSeconds * 1000)) else {
                 throw .stalled(
                     seconds: Self.stallSeconds,
                     detail:
                         "\(result.acknowledged) of \(perClient * publishers.count) acknowledged, \(result.delivered) of \(expectedDeliveries) delivered"
                 )
             }
-            for slot in watched.indices where watched[slot].revents != 0 {
-                watched[slot].revents = 0
+            // Acknowledgements first: each sends its publisher's next
+            // message, and its latency is the reply's, as redis-benchmark
+            // times it, not the reply's plus the decoding of deliveries that
+            // arrived with it. Publishers' slots come before subscribers'.
+            for slot in descriptors.ready.sorted() {
                 if slot < publishers.count {
                     try receiveAcks(slot, into: &result)
                 } else {

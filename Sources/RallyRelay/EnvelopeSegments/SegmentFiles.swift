@@ -89,8 +89,8 @@ final class SegmentFiles: Sendable {
 
     // MARK: Opening
 
-    /// What a scan found: each entry with where it is, in log order, and
-    /// where the writer goes on.
+    /// Where the writer goes on: the newest segment (none in a new store)
+    /// and the offset after its last record.
     struct Tail {
         var segment: SegmentFile?
         var offset: Int
@@ -286,6 +286,10 @@ struct SegmentWriter: ~Copyable {
     private var active: SegmentFile?
     private var tail: Int
     private var stopped: String?
+    /// Bytes after the tail a failed write may have left: zeroed before
+    /// the next record, so that no segment the writer leaves behind holds
+    /// anything but records and zeros after them.
+    private var leftover = 0
 
     init(files: SegmentFiles, tail: SegmentFiles.Tail) {
         self.files = files
@@ -296,10 +300,16 @@ struct SegmentWriter: ~Copyable {
     var activeSegment: UInt32? { active?.id }
 
     /// Writes a record and syncs it; returns where it starts. A failed
-    /// write leaves the tail where it was (the next record overwrites what
-    /// it left); a failed sync stops the writer.
+    /// write leaves the tail where it was, and what it wrote is zeroed
+    /// before the next record; a failed sync stops the writer.
     mutating func append(_ record: [UInt8]) throws -> (segment: UInt32, offset: Int) {
         if let stopped { throw SegmentWriterStopped(cause: stopped) }
+        if let active, leftover > 0 {
+            try SegmentFiles.write(
+                [UInt8](repeating: 0, count: min(leftover, active.capacity - tail)), to: active, at: tail)
+            try sync(active)
+            leftover = 0
+        }
         var file: SegmentFile
         if let active, tail + record.count <= active.capacity {
             file = active
@@ -308,14 +318,23 @@ struct SegmentWriter: ~Copyable {
             active = file
             tail = 0
         }
-        try SegmentFiles.write(record, to: file, at: tail)
+        do {
+            try SegmentFiles.write(record, to: file, at: tail)
+        } catch {
+            leftover = record.count
+            throw error
+        }
+        try sync(file)
+        defer { tail += record.count }
+        return (file.id, tail)
+    }
+
+    private mutating func sync(_ file: SegmentFile) throws {
         do {
             try SegmentFiles.sync(file)
         } catch {
             stopped = "\(error)"
             throw error
         }
-        defer { tail += record.count }
-        return (file.id, tail)
     }
 }
