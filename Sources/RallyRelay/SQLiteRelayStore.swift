@@ -414,15 +414,19 @@ public final class SQLiteRelayStore: RelayStore, SynchronousAppending {
     /// transaction with the checkpoint of every head and key chain that
     /// changed since the last; then deletes the segments left with no live
     /// entry (never the one being written).
+    ///
+    /// Appends go on meanwhile: only choosing the segments to delete takes
+    /// the writer's lock. Pruning, topic deletion and the async calls run
+    /// one at a time on the store's queue.
     public func deleteExpired(nowMilliseconds: Int64, inboxCutoffMilliseconds: Int64) async throws -> Int {
         try await onQueue {
-            try self.writer.withLock { writer in
-                let (removals, checkpoint) = self.index.withLock {
-                    (
-                        $0.expired(nowMilliseconds: nowMilliseconds, inboxCutoffMilliseconds: inboxCutoffMilliseconds),
-                        $0.checkpoint
-                    )
-                }
+            let (removals, checkpoint) = self.index.withLock {
+                (
+                    $0.expired(nowMilliseconds: nowMilliseconds, inboxCutoffMilliseconds: inboxCutoffMilliseconds),
+                    $0.takeCheckpoint()
+                )
+            }
+            do {
                 try self.pool.write { db in
                     let mark = try db.cachedStatement(
                         sql: #"INSERT OR IGNORE INTO envelope_removals (segment, "offset") VALUES (?, ?)"#)
@@ -431,25 +435,29 @@ public final class SQLiteRelayStore: RelayStore, SynchronousAppending {
                     }
                     try Self.write(checkpoint, db: db)
                 }
-                self.index.withLock {
-                    $0.remove(removals)
-                    $0.checkpointed()
-                }
-                let candidates = self.segments.ids.filter { $0 != writer.activeSegment }
-                let dead = self.index.withLock { $0.deadSegments(among: candidates) }
-                guard !dead.isEmpty else { return removals.count }
-                // The checkpoint above holds every key change the dead
-                // segments carried; the marks go once the files are gone.
-                try self.segments.delete(dead)
-                try self.pool.write { db in
-                    try db.execute(
-                        sql:
-                            "DELETE FROM envelope_removals WHERE segment IN (\(dead.map(String.init).joined(separator: ",")))"
-                    )
-                }
-                self.index.withLock { $0.forgetSegments(dead) }
-                return removals.count
+            } catch {
+                self.index.withLock { $0.restore(checkpoint) }
+                throw error
             }
+            self.index.withLock { $0.remove(removals) }
+            // A segment that is not the newest takes no more entries, so
+            // once it holds none live it stays that way.
+            let dead = self.writer.withLock { writer in
+                let candidates = self.segments.ids.filter { $0 != writer.activeSegment }
+                return self.index.withLock { $0.deadSegments(among: candidates) }
+            }
+            guard !dead.isEmpty else { return removals.count }
+            // The checkpoint above holds every key change the dead segments
+            // carried; the marks go once the files are gone.
+            try self.segments.delete(dead)
+            try self.pool.write { db in
+                try db.execute(
+                    sql:
+                        "DELETE FROM envelope_removals WHERE segment IN (\(dead.map(String.init).joined(separator: ",")))"
+                )
+            }
+            self.index.withLock { $0.forgetSegments(dead) }
+            return removals.count
         }
     }
 

@@ -295,6 +295,45 @@ struct EnvelopeSegmentTests {
         try await store.close()
     }
 
+    @Test(
+        "a pruning whose SQLite transaction fails gives its checkpoint back: the next one writes it, and the founding key outlives its segment's deletion and a reopen"
+    )
+    func failedPruningKeepsTheCheckpoint() async throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let access = testAccess(52)
+        let topic = "group/" + access.foundedTopicID
+        let big = String(repeating: "q", count: 3000)
+        do {
+            let store = try SQLiteRelayStore(url: directory.storeURL, firstSegmentBytes: 4096, maxSegmentBytes: 4096)
+            _ = try await store.appendAll(
+                [
+                    PublishRequest(
+                        topic: topic, payload: Data(big.utf8), expiresAtMilliseconds: 10, accessKey: access.publicKey)
+                ],
+                serverTimeMilliseconds: 1)
+            _ = try await store.appendAll([request("group/b", big)], serverTimeMilliseconds: 2)
+            // Another connection holds SQLite's write lock: the pruning's
+            // transaction fails at once.
+            var holding = Configuration()
+            holding.allowsUnsafeTransactions = true
+            let other = try DatabaseQueue(path: directory.storeURL.path, configuration: holding)
+            try await other.writeWithoutTransaction { db in try db.execute(sql: "BEGIN IMMEDIATE") }
+            await #expect(throws: DatabaseError.self) { try await store.deleteExpired(nowMilliseconds: 20) }
+            try await other.writeWithoutTransaction { db in try db.execute(sql: "ROLLBACK") }
+            try other.close()
+            #expect(try Self.segmentNames(directory) == ["00000000.segment", "00000001.segment"])
+
+            #expect(try await store.deleteExpired(nowMilliseconds: 20) == 1)
+            #expect(try Self.segmentNames(directory) == ["00000001.segment"])
+            try await store.close()
+        }
+        let store = try SQLiteRelayStore(url: directory.storeURL, firstSegmentBytes: 4096, maxSegmentBytes: 4096)
+        #expect(try await store.accessKeyStatus(topic: topic, key: access.publicKey) == .current)
+        #expect(try await store.headSeq(topic: topic) == 1)
+        try await store.close()
+    }
+
     @Test("a pruned entry in a segment that stays is marked, and is not read again after a reopen")
     func prunedEntryInALiveSegment() async throws {
         let directory = try TemporaryDirectory()
@@ -491,7 +530,7 @@ struct EnvelopeIndexTests {
     }
 
     @Test(
-        "replay: a checkpointed head counts even with fewer entries left; key changes apply only past the checkpoint; a pruned entry moves the head only"
+        "replay: a checkpointed head counts even with fewer entries left; key changes apply only past the checkpoint; a pruned entry moves the head only; a checkpoint is taken once, or given back"
     )
     func replayAgainstACheckpoint() {
         var index = EnvelopeIndex()
@@ -510,7 +549,13 @@ struct EnvelopeIndexTests {
         #expect(index.heldKey(topic: "t", key: Data("current".utf8)) == .retired(validThrough: 10))
         #expect(index.heldKey(topic: "t", key: Data("next".utf8)) == .current)
         #expect(index.original(topic: "t", key: Data([11])) == nil)
-        #expect(index.checkpoint.map(\.topic) == ["t"])
-        #expect(index.checkpoint.first?.accessKeys?.count == 2)
+        let checkpoint = index.takeCheckpoint()
+        #expect(checkpoint.map(\.topic) == ["t"])
+        #expect(checkpoint.first?.accessKeys?.count == 2)
+        // Taken, it is the next one's no more; given back when it could not
+        // be written, it is taken again whole.
+        #expect(index.takeCheckpoint().isEmpty)
+        index.restore(checkpoint)
+        #expect(index.takeCheckpoint() == checkpoint)
     }
 }

@@ -286,8 +286,9 @@ struct EnvelopeIndex: Sendable {
     /// Forgets pruned entries. Heads stay: a seq is never given twice.
     mutating func remove(_ removals: [Removal]) {
         for (name, removed) in Dictionary(grouping: removals, by: \.topic) {
-            topics[name]?.forget(removed.map(\.entry))
-            for removal in removed { liveEntries[removal.entry.location.segment, default: 0] -= 1 }
+            for entry in topics[name]?.forget(removed.map(\.entry)) ?? [] {
+                liveEntries[entry.location.segment, default: 0] -= 1
+            }
         }
     }
 
@@ -310,18 +311,25 @@ struct EnvelopeIndex: Sendable {
         for id in ids { liveEntries[id] = nil }
     }
 
-    /// What SQLite's checkpoint lacks; `checkpointed()` once it is written.
-    var checkpoint: [Checkpoint] {
-        changedHeads.compactMap { name in
+    /// What SQLite's checkpoint lacks, taken: appends after this are the
+    /// next checkpoint's. `restore(_:)` gives it back if it is not written.
+    mutating func takeCheckpoint() -> [Checkpoint] {
+        defer {
+            changedHeads = []
+            changedKeys = []
+        }
+        return changedHeads.compactMap { name in
             topics[name].map {
                 Checkpoint(topic: name, head: $0.head, accessKeys: changedKeys.contains(name) ? $0.accessKeys : nil)
             }
         }
     }
 
-    mutating func checkpointed() {
-        changedHeads = []
-        changedKeys = []
+    mutating func restore(_ checkpoint: [Checkpoint]) {
+        for topic in checkpoint where topics[topic.topic] != nil {
+            changedHeads.insert(topic.topic)
+            if topic.accessKeys != nil { changedKeys.insert(topic.topic) }
+        }
     }
 }
 
@@ -350,11 +358,14 @@ extension EnvelopeIndex.Topic {
         accessKeys.merge(delta.accessKeys) { _, new in new }
     }
 
-    fileprivate mutating func forget(_ removed: [EnvelopeIndex.Entry]) {
+    /// The entries it held of `removed`, now forgotten.
+    fileprivate mutating func forget(_ removed: [EnvelopeIndex.Entry]) -> [EnvelopeIndex.Entry] {
         let seqs = Set(removed.map(\.seq))
+        let forgotten = entries.filter { seqs.contains($0.seq) }
         entries.removeAll { seqs.contains($0.seq) }
-        head.bytes -= removed.reduce(0) { $0 + Int64($1.payloadBytes) }
+        head.bytes -= forgotten.reduce(0) { $0 + Int64($1.payloadBytes) }
         if !keys.isEmpty { keys = keys.filter { !seqs.contains($0.value) } }
+        return forgotten
     }
 
     fileprivate mutating func sortIfNeeded() {
