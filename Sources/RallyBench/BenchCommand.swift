@@ -5,15 +5,15 @@ import RallyRelay
 
 /// `rally-bench`: benchmarks that print measurements, kept out of the
 /// `rally` CLI. Run them built for release:
-/// `swift run -c release rally-bench relay|group|join|reconnect|vault|call|idle`.
+/// `swift run -c release rally-bench relay|group|join|reconnect|vault|call|idle|store`.
 @main
 struct BenchCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "rally-bench", abstract: "Benchmarks that print measurements.",
         subcommands: [
             RelayBench.self, GroupBench.self, JoinBench.self, ReconnectBench.self, VaultBench.self, CallBench.self,
-            IdleBench.self,
-            ChildRelayCommand.self, ChildAdminCommand.self,
+            IdleBench.self, StoreBench.self,
+            ChildRelayCommand.self, ChildAdminCommand.self, ChildStoreOpenCommand.self,
         ])
 }
 

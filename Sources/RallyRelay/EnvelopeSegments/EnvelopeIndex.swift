@@ -146,20 +146,28 @@ struct EnvelopeIndex: Sendable {
     mutating func replay(
         _ logged: LoggedEntry, at location: SegmentLocation, checkpointedSeq: Int64, pruned: Bool
     ) {
-        var topic = topics[logged.topic] ?? Topic()
         if logged.seq > checkpointedSeq {
-            topic.apply(keyChangesOf: logged)
             changedHeads.insert(logged.topic)
             if logged.registersKey != nil || logged.rotatesTo != nil { changedKeys.insert(logged.topic) }
         }
+        if !pruned { liveEntries[location.segment, default: 0] += 1 }
+        // In place: a copy of the topic taken out and put back would copy
+        // its entries at every one, quadratic in a topic's size.
+        Self.replay(
+            logged, at: location, checkpointedSeq: checkpointedSeq, pruned: pruned,
+            into: &topics[logged.topic, default: Topic()])
+    }
+
+    private static func replay(
+        _ logged: LoggedEntry, at location: SegmentLocation, checkpointedSeq: Int64, pruned: Bool,
+        into topic: inout Topic
+    ) {
+        if logged.seq > checkpointedSeq { topic.apply(keyChangesOf: logged) }
         topic.head.lastSeq = max(topic.head.lastSeq, logged.seq)
         if logged.control { topic.head.lastControlSeq = max(topic.head.lastControlSeq, logged.seq) }
-        if !pruned {
-            topic.record(Self.entry(logged, at: location))
-            if let key = logged.idempotencyKey { topic.keys[Key(key)] = logged.seq }
-            liveEntries[location.segment, default: 0] += 1
-        }
-        topics[logged.topic] = topic
+        guard !pruned else { return }
+        topic.record(entry(logged, at: location))
+        if let key = logged.idempotencyKey { topic.keys[Key(key)] = logged.seq }
     }
 
     static func entry(_ logged: LoggedEntry, at location: SegmentLocation) -> Entry {
@@ -231,23 +239,30 @@ struct EnvelopeIndex: Sendable {
                 logged, at: SegmentLocation(segment: 0, offset: UInt32(nextOffset), size: UInt32(size)))
             nextOffset += size
             self.logged.append(logged)
-            var delta = topics[logged.topic] ?? Delta(head: head)
+            // The keys the topic held before this batch, for a rotation.
+            let held = logged.rotatesTo == nil ? [:] : (index.topics[logged.topic]?.accessKeys ?? [:])
+            Self.add(logged, entry, held: held, to: &topics[logged.topic, default: Delta(head: head)])
+        }
+
+        /// In place, like `replay`: a batch of many publishes to one topic
+        /// must not copy its delta at each.
+        private static func add(
+            _ logged: LoggedEntry, _ entry: Entry, held: [Data: AccessKeyStatus], to delta: inout Delta
+        ) {
             if let founding = logged.registersKey { delta.accessKeys[founding] = .current }
-            if logged.rotatesTo != nil {
-                let base = index.topics[logged.topic]?.accessKeys ?? [:]
-                let merged = base.merging(delta.accessKeys) { _, pending in pending }
+            if let newKey = logged.rotatesTo {
+                let merged = held.merging(delta.accessKeys) { _, pending in pending }
                 for (key, status) in merged where status == .current {
                     delta.accessKeys[key] = .retired(validThrough: UInt64(max(0, logged.seq)))
                 }
+                delta.accessKeys[newKey] = .current
             }
-            if let newKey = logged.rotatesTo { delta.accessKeys[newKey] = .current }
             delta.head.lastSeq = logged.seq
             delta.head.bytes += Int64(logged.payload.count)
             if logged.control { delta.head.lastControlSeq = logged.seq }
             delta.entries.append(entry)
             delta.logged[logged.seq] = logged
             if let key = logged.idempotencyKey { delta.keys[Key(key)] = logged.seq }
-            topics[logged.topic] = delta
         }
     }
 
