@@ -272,15 +272,27 @@ enum AppendRules {
 
     /// The envelope a new publish becomes at `seq`.
     static func envelope(_ request: PublishRequest, seq: Int64, serverTime: Int64) -> WireEnvelope {
-        var stored = WireEnvelope()
-        stored.topic = request.topic
-        stored.seq = UInt64(seq)
-        stored.serverTimeMs = serverTime
-        stored.payload = request.payload
-        stored.shouldPush = request.shouldPush
-        stored.expiresAtMs = request.expiresAtMilliseconds
-        stored.control = request.control
-        return stored
+        WireEnvelope(
+            stored: request.topic, seq: seq, serverTime: serverTime, payload: request.payload,
+            shouldPush: request.shouldPush, expiresAt: request.expiresAtMilliseconds, control: request.control)
+    }
+}
+
+extension WireEnvelope {
+    /// An envelope as a store gives it back: one initializer for every
+    /// store's rows and records.
+    init(
+        stored topic: String, seq: Int64, serverTime: Int64, payload: Data, shouldPush: Bool, expiresAt: Int64,
+        control: Bool
+    ) {
+        self.init()
+        self.topic = topic
+        self.seq = UInt64(max(0, seq))
+        serverTimeMs = serverTime
+        self.payload = payload
+        self.shouldPush = shouldPush
+        expiresAtMs = expiresAt
+        self.control = control
     }
 }
 

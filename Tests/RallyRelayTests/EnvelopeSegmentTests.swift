@@ -35,7 +35,7 @@ struct EnvelopeSegmentTests {
     func failedBatchLeavesTheIndex() async throws {
         let directory = try TemporaryDirectory()
         defer { directory.remove() }
-        let store = try SQLiteRelayStore(url: directory.storeURL, firstSegmentBytes: 4096, maxSegmentBytes: 4096)
+        let store = try Self.smallSegments(directory)
         _ = try await store.appendAll([request("group/a", "first")], serverTimeMilliseconds: 1)
         // The batch does not fit in the first segment, and the next one's
         // name is taken, as a full or broken disk would refuse it.
@@ -231,7 +231,7 @@ struct EnvelopeSegmentTests {
         let directory = try TemporaryDirectory()
         defer { directory.remove() }
         do {
-            let store = try SQLiteRelayStore(url: directory.storeURL, firstSegmentBytes: 4096, maxSegmentBytes: 4096)
+            let store = try Self.smallSegments(directory)
             for round in 0..<3 {
                 _ = try await store.appendAll(
                     [request("group/a", String(repeating: "x", count: 3000))], serverTimeMilliseconds: Int64(round))
@@ -241,7 +241,7 @@ struct EnvelopeSegmentTests {
         let first = directory.url.appendingPathComponent("relay.sqlite-segments/00000000.segment")
         try Self.write([0xFF], to: first, at: 100)
         #expect {
-            try SQLiteRelayStore(url: directory.storeURL, firstSegmentBytes: 4096, maxSegmentBytes: 4096)
+            try Self.smallSegments(directory)
         } throws: { error in
             guard let damaged = error as? SegmentDamaged else { return false }
             return damaged.path == first.path && damaged.offset == 0
@@ -259,15 +259,10 @@ struct EnvelopeSegmentTests {
         let topic = "group/" + access.foundedTopicID
         let big = String(repeating: "p", count: 3000)
         do {
-            let store = try SQLiteRelayStore(url: directory.storeURL, firstSegmentBytes: 4096, maxSegmentBytes: 4096)
+            let store = try Self.smallSegments(directory)
             // The founding entry expires with the rest: the key it
             // registered must outlive its segment.
-            _ = try await store.appendAll(
-                [
-                    PublishRequest(
-                        topic: topic, payload: Data(big.utf8), expiresAtMilliseconds: 10, accessKey: access.publicKey)
-                ],
-                serverTimeMilliseconds: 1)
+            try await Self.foundExpiring(topic, with: access, payload: big, on: store)
             for seq in 2...4 {
                 _ = try await store.appendAll(
                     [request("group/b", big, key: "k\(seq)", expiresAt: seq == 4 ? 0 : 10)],
@@ -279,7 +274,7 @@ struct EnvelopeSegmentTests {
             #expect(try Self.segmentNames(directory) == ["00000003.segment"])
             try await store.close()
         }
-        let store = try SQLiteRelayStore(url: directory.storeURL, firstSegmentBytes: 4096, maxSegmentBytes: 4096)
+        let store = try Self.smallSegments(directory)
         #expect(try await store.headSeq(topic: topic) == 1)
         #expect(try await store.accessKeyStatus(topic: topic, key: access.publicKey) == .current)
         let page = try await store.fetch(topic: "group/b", after: 0, limit: 10, nowMilliseconds: 20)
@@ -305,13 +300,8 @@ struct EnvelopeSegmentTests {
         let topic = "group/" + access.foundedTopicID
         let big = String(repeating: "q", count: 3000)
         do {
-            let store = try SQLiteRelayStore(url: directory.storeURL, firstSegmentBytes: 4096, maxSegmentBytes: 4096)
-            _ = try await store.appendAll(
-                [
-                    PublishRequest(
-                        topic: topic, payload: Data(big.utf8), expiresAtMilliseconds: 10, accessKey: access.publicKey)
-                ],
-                serverTimeMilliseconds: 1)
+            let store = try Self.smallSegments(directory)
+            try await Self.foundExpiring(topic, with: access, payload: big, on: store)
             _ = try await store.appendAll([request("group/b", big)], serverTimeMilliseconds: 2)
             // Another connection holds SQLite's write lock: the pruning's
             // transaction fails at once.
@@ -328,7 +318,7 @@ struct EnvelopeSegmentTests {
             #expect(try Self.segmentNames(directory) == ["00000001.segment"])
             try await store.close()
         }
-        let store = try SQLiteRelayStore(url: directory.storeURL, firstSegmentBytes: 4096, maxSegmentBytes: 4096)
+        let store = try Self.smallSegments(directory)
         #expect(try await store.accessKeyStatus(topic: topic, key: access.publicKey) == .current)
         #expect(try await store.headSeq(topic: topic) == 1)
         try await store.close()
@@ -353,6 +343,23 @@ struct EnvelopeSegmentTests {
         let again = try await store.appendAll([request("group/a", "new", key: "g")], serverTimeMilliseconds: 30)
         #expect(again.map(\.envelope.seq) == [3])
         try await store.close()
+    }
+
+    /// A store whose segments are 4 KiB: each holds one 3,000-byte envelope.
+    private static func smallSegments(_ directory: TemporaryDirectory) throws -> SQLiteRelayStore {
+        try SQLiteRelayStore(url: directory.storeURL, firstSegmentBytes: 4096, maxSegmentBytes: 4096)
+    }
+
+    /// Founds `topic` with an envelope that expires at 10 ms.
+    private static func foundExpiring(
+        _ topic: String, with access: TopicAccess, payload: String, on store: SQLiteRelayStore
+    ) async throws {
+        _ = try await store.appendAll(
+            [
+                PublishRequest(
+                    topic: topic, payload: Data(payload.utf8), expiresAtMilliseconds: 10, accessKey: access.publicKey)
+            ],
+            serverTimeMilliseconds: 1)
     }
 
     private static func segmentNames(_ directory: TemporaryDirectory) throws -> [String] {

@@ -1,4 +1,5 @@
 import Foundation
+import RallyTestSupport
 import Testing
 
 @testable import RallyRelay
@@ -29,7 +30,7 @@ struct SegmentRecordTests {
         "a checksum continued over the second half from the first half's equals the checksum of the whole, at every split"
     )
     func crcContinues() {
-        var generator = SplitMix64(seed: 0xC3C3_2C00)
+        var generator = SeededGenerator(seed: 0xC3C3_2C00)
         let bytes = (0..<100).map { _ in UInt8.random(in: .min ... .max, using: &generator) }
         let whole = CRC32C.checksum(bytes)
         bytes.withUnsafeBytes { buffer in
@@ -46,7 +47,7 @@ struct SegmentRecordTests {
 
     @Test("the checksum of bytes does not depend on where in memory they start")
     func crcUnaligned() {
-        var generator = SplitMix64(seed: 0xA119_0ED)
+        var generator = SeededGenerator(seed: 0xA119_0ED)
         let bytes = (0..<80).map { _ in UInt8.random(in: .min ... .max, using: &generator) }
         bytes.withUnsafeBytes { buffer in
             for start in 0..<8 {
@@ -458,7 +459,7 @@ struct SegmentRecordTests {
         "2,000 random buffers, some with the magic, a plausible length, a valid checksum and a small entry count, decode or throw a SegmentDecodingError, and what decodes is canonical"
     )
     func randomBuffers() throws {
-        var generator = SplitMix64(seed: 0x5E65_0030)
+        var generator = SeededGenerator(seed: 0x5E65_0030)
         var failures: [String: Int] = [:]
         var decoded = 0
         for round in 0..<2_000 {
@@ -478,16 +479,7 @@ struct SegmentRecordTests {
                 }
                 if shape >= 2 { bytes = sealed(bytes) }
             }
-            // The decoder's typed throws: whatever it throws is a SegmentDecodingError.
-            let record: DecodedRecord
-            do {
-                record = try decode(bytes)
-            } catch {
-                failures[kind(of: error), default: 0] += 1
-                continue
-            }
-            try expectCanonical(record, in: bytes)
-            decoded += 1
+            try tally(bytes, failures: &failures, decoded: &decoded)
         }
         // The shapes reached every check the decoder makes past the header.
         for kind in ["truncated", "notARecord", "checksumMismatch", "malformed"] {
@@ -500,7 +492,7 @@ struct SegmentRecordTests {
     )
     func mutatedRecords() throws {
         let original = try SegmentRecord.encode(sampleEntries)
-        var generator = SplitMix64(seed: 0xB0D7_0030)
+        var generator = SeededGenerator(seed: 0xB0D7_0030)
         var failures: [String: Int] = [:]
         var decoded = 0
         for round in 0..<2_000 {
@@ -511,16 +503,7 @@ struct SegmentRecordTests {
                 bytes[position] = UInt8.random(in: .min ... .max, using: &generator)
             }
             bytes = sealed(bytes)
-            // The decoder's typed throws: whatever it throws is a SegmentDecodingError.
-            let record: DecodedRecord
-            do {
-                record = try decode(bytes)
-            } catch {
-                failures[kind(of: error), default: 0] += 1
-                continue
-            }
-            try expectCanonical(record, in: bytes)
-            decoded += 1
+            try tally(bytes, failures: &failures, decoded: &decoded)
         }
         #expect(decoded > 0)
         #expect(failures["malformed", default: 0] > 0)
@@ -704,17 +687,17 @@ private func expectCanonical(
         sourceLocation: sourceLocation)
 }
 
-/// SplitMix64: a seeded generator, so a randomized test replays exactly.
-private struct SplitMix64: RandomNumberGenerator {
-    private var state: UInt64
-
-    init(seed: UInt64) { state = seed }
-
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
+/// Decodes `bytes`: a failure is counted by its kind (the decoder's typed
+/// throws: whatever it throws is a SegmentDecodingError); a record must be
+/// canonical.
+private func tally(_ bytes: [UInt8], failures: inout [String: Int], decoded: inout Int) throws {
+    let record: DecodedRecord
+    do {
+        record = try decode(bytes)
+    } catch {
+        failures[kind(of: error), default: 0] += 1
+        return
     }
+    try expectCanonical(record, in: bytes)
+    decoded += 1
 }

@@ -23,15 +23,9 @@ struct LoggedEntry: Sendable, Equatable {
     var rotatesTo: Data?
 
     var envelope: WireEnvelope {
-        var envelope = WireEnvelope()
-        envelope.topic = topic
-        envelope.seq = UInt64(max(0, seq))
-        envelope.serverTimeMs = serverTime
-        envelope.payload = payload
-        envelope.shouldPush = shouldPush
-        envelope.expiresAtMs = expiresAt
-        envelope.control = control
-        return envelope
+        WireEnvelope(
+            stored: topic, seq: seq, serverTime: serverTime, payload: payload, shouldPush: shouldPush,
+            expiresAt: expiresAt, control: control)
     }
 }
 

@@ -574,14 +574,8 @@ public final class PostgresRelayStore: RelayStore, PushTargetStore {
     private static func envelope(_ row: PostgresRow) throws -> WireEnvelope {
         let (topic, seq, serverTime, payload, shouldPush, expiresAt, control) = try row.decode(
             (String, Int64, Int64, Data, Bool, Int64, Bool).self)
-        var envelope = WireEnvelope()
-        envelope.topic = topic
-        envelope.seq = UInt64(max(0, seq))
-        envelope.serverTimeMs = serverTime
-        envelope.payload = payload
-        envelope.shouldPush = shouldPush
-        envelope.expiresAtMs = expiresAt
-        envelope.control = control
-        return envelope
+        return WireEnvelope(
+            stored: topic, seq: seq, serverTime: serverTime, payload: payload, shouldPush: shouldPush,
+            expiresAt: expiresAt, control: control)
     }
 }
