@@ -4,18 +4,20 @@ import NIOPosix
 import RallyWire
 import Synchronization
 
-/// A store that can append on the caller's thread: the embedded SQLite
-/// store, whose commit a socket's event loop runs itself (ADR 0028).
+/// A store that can append on the caller's thread: the embedded store,
+/// whose commit (a segment record and its `fdatasync`, ADR 0030) a socket's
+/// event loop runs itself (ADR 0028).
 protocol SynchronousAppending: RelayStore {
     func appendNow(
         _ batch: [PublishRequest], serverTimeMilliseconds: Int64
     ) throws -> [Result<AppendResult, AppendRefusal>]
 }
 
-/// The single writer of envelopes. Publishes that arrive while a transaction
-/// is committing wait and go into the next one together (group commit), so
-/// many concurrent publishers share one fsync instead of paying one each.
-/// A publish completes only after its transaction has committed.
+/// The single writer of envelopes. Publishes that arrive while a commit (a
+/// segment record, or a PostgreSQL transaction) is under way wait and go
+/// into the next one together (group commit), so many concurrent
+/// publishers share one fsync instead of paying one each. A publish
+/// completes only after its commit is durable.
 ///
 /// One queue, in submission order, and one commit at a time. A publish
 /// submitted on a socket's event loop to an idle writer is committed on that
@@ -128,8 +130,8 @@ final class PublishWriter: Sendable {
 
     /// Where commits with a synchronous append run when not on a socket's
     /// loop: a thread of their own, so a commit's fsync holds no event loop
-    /// and no thread of Swift's pool, and a commit reaches SQLite with no
-    /// hop through a task and GRDB's queue (ADR 0029: 4–15% more msg/s).
+    /// and no thread of Swift's pool, and a commit reaches the store with no
+    /// hop through a task (ADR 0029: 4–15% more msg/s).
     /// One per process, shared by every writer: a process runs one relay
     /// (tests run several, whose commits then take turns).
     private static let commitThread: any EventLoop = MultiThreadedEventLoopGroup(numberOfThreads: 1).next()
@@ -153,10 +155,10 @@ final class PublishWriter: Sendable {
         }
     }
 
-    /// Publishes waiting for the next transaction.
+    /// Publishes waiting for the next commit.
     var queuedCount: Int { state.withLock { $0.queue.count } }
 
-    /// Bytes of the publishes waiting for the next transaction.
+    /// Bytes of the publishes waiting for the next commit.
     var queuedBytes: Int { state.withLock { $0.queuedBytes } }
 
     /// Refuses new publishes and waits until every queued one is committed.

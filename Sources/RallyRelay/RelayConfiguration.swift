@@ -20,7 +20,7 @@ public struct RelayConfiguration: Sendable {
     /// fault proxy in front of some clients only).
     public var acceptsBindOrigins: Bool
     /// The PostgreSQL several relay nodes share (ADR 0021); nil: the
-    /// embedded SQLite store in `dataDirectory`.
+    /// embedded store (segments and SQLite) in `dataDirectory`.
     public var postgres: PostgresLocation?
 
     public init(
@@ -86,7 +86,7 @@ public struct RelayLimits: Sendable, Equatable {
     public var maxFetchLimit: Int
     /// Longest HTTP long-poll.
     public var maxLongPollWait: Duration
-    /// Publishes committed together in one transaction at most.
+    /// Publishes committed together (one segment record or transaction) at most.
     public var maxCommitBatch: Int
     /// How often expired envelopes are deleted.
     public var pruneInterval: Duration
