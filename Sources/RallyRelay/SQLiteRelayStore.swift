@@ -412,19 +412,26 @@ public final class SQLiteRelayStore: RelayStore, SynchronousAppending {
 
     /// Prunes in memory and marks what it pruned in SQLite, in one
     /// transaction with the checkpoint of every head and key chain that
-    /// changed since the last; then deletes the segments left with no live
-    /// entry (never the one being written).
+    /// changed since the last; then compacts segments that are mostly dead
+    /// and deletes the segments left with no live entry (never the one
+    /// being written).
     ///
-    /// Appends go on meanwhile: only choosing the segments to delete takes
-    /// the writer's lock. Pruning, topic deletion and the async calls run
-    /// one at a time on the store's queue.
+    /// Appends go on meanwhile: only reading the newest segment with the
+    /// checkpoint, writing a compaction's records and choosing the segments
+    /// to delete take the writer's lock. Pruning, topic deletion and the
+    /// async calls run one at a time on the store's queue.
     public func deleteExpired(nowMilliseconds: Int64, inboxCutoffMilliseconds: Int64) async throws -> Int {
         try await onQueue {
-            let (removals, checkpoint) = self.index.withLock {
-                (
-                    $0.expired(nowMilliseconds: nowMilliseconds, inboxCutoffMilliseconds: inboxCutoffMilliseconds),
-                    $0.takeCheckpoint()
-                )
+            // Every entry of a segment older than the newest one now is in
+            // this checkpoint: a compaction may copy it without its key
+            // changes.
+            let (removals, checkpoint, newest) = self.writer.withLock { writer in
+                self.index.withLock {
+                    (
+                        $0.expired(nowMilliseconds: nowMilliseconds, inboxCutoffMilliseconds: inboxCutoffMilliseconds),
+                        $0.takeCheckpoint(), writer.activeSegment
+                    )
+                }
             }
             do {
                 try self.pool.write { db in
@@ -440,25 +447,91 @@ public final class SQLiteRelayStore: RelayStore, SynchronousAppending {
                 throw error
             }
             self.index.withLock { $0.remove(removals) }
-            // A segment that is not the newest takes no more entries, so
-            // once it holds none live it stays that way.
-            let dead = self.writer.withLock { writer in
-                let candidates = self.segments.ids.filter { $0 != writer.activeSegment }
-                return self.index.withLock { $0.deadSegments(among: candidates) }
-            }
-            guard !dead.isEmpty else { return removals.count }
-            // The checkpoint above holds every key change the dead segments
-            // carried; the marks go once the files are gone.
-            try self.segments.delete(dead)
-            try self.pool.write { db in
-                try db.execute(
-                    sql:
-                        "DELETE FROM envelope_removals WHERE segment IN (\(dead.map(String.init).joined(separator: ",")))"
-                )
-            }
-            self.index.withLock { $0.forgetSegments(dead) }
+            if let newest { try self.compact(olderThan: newest) }
+            try self.deleteDeadSegments()
             return removals.count
         }
+    }
+
+    /// A segment whose live entries fill less than a quarter of it is
+    /// compacted: they are copied to the newest segment, and it is deleted.
+    /// An envelope that never expires no longer keeps the rest of its
+    /// segment on disk.
+    static let compactBelowLiveFraction = 4
+    /// What one pruning copies at most, so that it holds the writer's lock
+    /// for short turns (one record of about `compactionRecordBytes` each).
+    static let maxCompactionBytes = 32 << 20
+    static let compactionRecordBytes = 1 << 20
+
+    private func compact(olderThan newest: UInt32) throws {
+        let chosen: Set<UInt32> = index.withLock { index in
+            var budget = Self.maxCompactionBytes
+            var chosen: Set<UInt32> = []
+            for id in segments.ids where id < newest {
+                guard let file = segments.file(id), let use = index.live[id], use.entries > 0,
+                    use.bytes * Self.compactBelowLiveFraction < file.capacity, use.bytes <= budget
+                else { continue }
+                chosen.insert(id)
+                budget -= use.bytes
+            }
+            return chosen
+        }
+        guard !chosen.isEmpty else { return }
+        let moving = index.withLock { $0.entries(in: chosen) }.sorted { $0.entry.location < $1.entry.location }
+        var batch: [(topic: String, entry: EnvelopeIndex.Entry, logged: LoggedEntry)] = []
+        var bytes = 0
+        for (topic, entry) in moving {
+            guard let file = segments.file(entry.location.segment) else { continue }
+            var logged = try file.read(at: entry.location).withUnsafeBytes { try SegmentRecord.decodeEntry($0) }
+            // The checkpoint holds them (see deleteExpired).
+            logged.registersKey = nil
+            logged.rotatesTo = nil
+            batch.append((topic, entry, logged))
+            bytes += SegmentRecord.encodedSize(of: logged)
+            if bytes >= Self.compactionRecordBytes {
+                try writeCopies(batch)
+                batch = []
+                bytes = 0
+            }
+        }
+        if !batch.isEmpty { try writeCopies(batch) }
+    }
+
+    /// One record of copied entries; the index reads them there once it is
+    /// synced.
+    private func writeCopies(_ batch: [(topic: String, entry: EnvelopeIndex.Entry, logged: LoggedEntry)]) throws {
+        let record = try SegmentRecord.encode(batch.map(\.logged))
+        try writer.withLock { writer in
+            let placed = try writer.append(record)
+            var offset = placed.offset + SegmentRecord.firstEntryOffset
+            index.withLock { index in
+                for copy in batch {
+                    let size = SegmentRecord.encodedSize(of: copy.logged)
+                    index.move(
+                        copy.topic, seq: copy.entry.seq, from: copy.entry.location,
+                        to: SegmentLocation(segment: placed.segment, offset: UInt32(offset), size: UInt32(size)))
+                    offset += size
+                }
+            }
+        }
+    }
+
+    /// Deletes every segment but the newest that holds nothing live; the
+    /// directory is synced before their marks go.
+    private func deleteDeadSegments() throws {
+        // A segment that is not the newest takes no more entries, so once
+        // it holds none live it stays that way.
+        let dead = writer.withLock { writer in
+            let candidates = segments.ids.filter { $0 != writer.activeSegment }
+            return index.withLock { $0.deadSegments(among: candidates) }
+        }
+        guard !dead.isEmpty else { return }
+        try segments.delete(dead)
+        try pool.write { db in
+            try db.execute(
+                sql: "DELETE FROM envelope_removals WHERE segment IN (\(dead.map(String.init).joined(separator: ",")))")
+        }
+        index.withLock { $0.forgetSegments(dead) }
     }
 
     /// Heads, and whole key chains where they changed.

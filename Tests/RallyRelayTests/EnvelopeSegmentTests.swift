@@ -324,6 +324,102 @@ struct EnvelopeSegmentTests {
         try await store.close()
     }
 
+    @Test(
+        "a segment whose live entries fill less than a quarter of it is compacted: they are copied with their payloads, retired keys and idempotency keys, it is deleted, and a reopen reads the copies and the key chain"
+    )
+    func compaction() async throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let (first, second) = (testAccess(61), testAccess(62))
+        let topic = "group/" + first.foundedTopicID
+        let big = String(repeating: "i", count: 3000)
+        do {
+            let store = try Self.eightKiBSegments(directory)
+            // Segment 0: a founding, a rotation and a keyed entry that stay,
+            // and two inbox entries that expire.
+            _ = try await store.appendAll(
+                [
+                    PublishRequest(
+                        topic: topic, payload: Data("founded".utf8), accessKey: first.publicKey, control: true),
+                    PublishRequest(
+                        topic: topic, payload: Data("rotated".utf8), accessKey: first.publicKey, control: true,
+                        expectedControlSeq: 1, rotateAccessKey: second.publicKey),
+                    request("group/keep", "kept", key: "k"),
+                    request("inbox/a", big, expiresAt: 10), request("inbox/a", big, expiresAt: 10),
+                ],
+                serverTimeMilliseconds: 1)
+            _ = try await store.appendAll([request("group/other", big)], serverTimeMilliseconds: 2)
+            #expect(try Self.segmentNames(directory) == ["00000000.segment", "00000001.segment"])
+            #expect(try await store.deleteExpired(nowMilliseconds: 20) == 2)
+            #expect(try Self.segmentNames(directory) == ["00000001.segment"])
+            try await Self.expectCompacted(store, topic: topic, retired: first.publicKey)
+            try await store.close()
+        }
+        let store = try Self.eightKiBSegments(directory)
+        try await Self.expectCompacted(store, topic: topic, retired: first.publicKey)
+        #expect(try await store.accessKeyStatus(topic: topic, key: first.publicKey) == .retired(validThrough: 2))
+        #expect(try await store.accessKeyStatus(topic: topic, key: second.publicKey) == .current)
+        try await store.close()
+    }
+
+    @Test(
+        "after a crash between a compaction's copies and the deletion of their segment, each entry is read once (the copy) and a pruned copy keeps its original out"
+    )
+    func compactionCutShort() async throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let big = String(repeating: "j", count: 3000)
+        let oldSegment = directory.url.appendingPathComponent("relay.sqlite-segments/00000000.segment")
+        let saved: Data
+        do {
+            let store = try Self.eightKiBSegments(directory)
+            _ = try await store.appendAll(
+                [
+                    request("group/keep", "kept", key: "k"), request("group/later", "goes at 30", expiresAt: 30),
+                    request("inbox/a", big, expiresAt: 10), request("inbox/a", big, expiresAt: 10),
+                ],
+                serverTimeMilliseconds: 1)
+            _ = try await store.appendAll([request("group/other", big)], serverTimeMilliseconds: 2)
+            saved = try Data(contentsOf: oldSegment)
+            #expect(try await store.deleteExpired(nowMilliseconds: 20) == 2)
+            // The copy of "goes at 30" is pruned where it was copied to.
+            #expect(try await store.deleteExpired(nowMilliseconds: 40) == 1)
+            try await store.close()
+        }
+        // As if the crash came before the old segment was deleted.
+        try saved.write(to: oldSegment)
+        let store = try Self.eightKiBSegments(directory)
+        let kept = try await store.fetch(topic: "group/keep", after: 0, limit: 10, nowMilliseconds: 25)
+        #expect(kept.envelopes.map(\.payload) == [Data("kept".utf8)])
+        // Read at 25, before its expiry: only the copy's mark keeps it out.
+        #expect(try await store.fetch(topic: "group/later", after: 0, limit: 10, nowMilliseconds: 25).envelopes.isEmpty)
+        let retried = try await store.appendAll([request("group/keep", "kept", key: "k")], serverTimeMilliseconds: 50)
+        #expect(retried.map(\.duplicate) == [true])
+        // Nothing in the old segment is live: the next pruning deletes it.
+        _ = try await store.deleteExpired(nowMilliseconds: 50)
+        #expect(try !Self.segmentNames(directory).contains("00000000.segment"))
+        try await store.close()
+    }
+
+    /// What `compaction` expects of its store, before and after a reopen.
+    private static func expectCompacted(_ store: SQLiteRelayStore, topic: String, retired: Data) async throws {
+        let page = try await store.fetch(topic: topic, after: 0, limit: 10, nowMilliseconds: 20)
+        #expect(page.envelopes.map(\.payload) == [Data("founded".utf8), Data("rotated".utf8)])
+        #expect(page.retiredKeys == [2: retired])
+        let kept = try await store.fetch(topic: "group/keep", after: 0, limit: 10, nowMilliseconds: 20)
+        #expect(kept.envelopes.map(\.payload) == [Data("kept".utf8)])
+        let retried = try await store.appendAll([request("group/keep", "again", key: "k")], serverTimeMilliseconds: 21)
+        #expect(retried.map(\.envelope.seq) == [1])
+        #expect(retried.map(\.duplicate) == [true])
+        #expect(try await store.fetch(topic: "inbox/a", after: 0, limit: 10, nowMilliseconds: 0).envelopes.isEmpty)
+    }
+
+    /// Segments of 8 KiB: a few small entries and two 3,000-byte ones fill
+    /// one, and what stays of the small ones is under a quarter of it.
+    private static func eightKiBSegments(_ directory: TemporaryDirectory) throws -> SQLiteRelayStore {
+        try SQLiteRelayStore(url: directory.storeURL, firstSegmentBytes: 8192, maxSegmentBytes: 8192)
+    }
+
     @Test("a pruned entry in a segment that stays is marked, and is not read again after a reopen")
     func prunedEntryInALiveSegment() async throws {
         let directory = try TemporaryDirectory()
@@ -503,6 +599,20 @@ struct EnvelopeIndexTests {
         #expect(index.entryCount(of: "t") == 0)
         #expect(index.isDeleted("t"))
         #expect(index.deadSegments(among: [0, 1]) == [0, 1])
+    }
+
+    @Test("a compaction's move reaches an entry only where it was, and the segments' live counts follow it")
+    func moves() {
+        var index = Self.loaded([1, 2])
+        let copy = SegmentLocation(segment: 3, offset: 16, size: 44)
+        index.move("t", seq: 2, from: Self.location(2), to: copy)
+        #expect(index.original(topic: "t", key: Data([2]))?.location == copy)
+        #expect(index.live == [0: .init(entries: 1, bytes: 40), 3: .init(entries: 1, bytes: 44)])
+        // From where it no longer is, and an entry that is gone: nothing.
+        index.move("t", seq: 2, from: Self.location(2), to: SegmentLocation(segment: 4, offset: 0, size: 44))
+        index.move("t", seq: 9, from: Self.location(9), to: SegmentLocation(segment: 4, offset: 0, size: 44))
+        #expect(index.original(topic: "t", key: Data([2]))?.location == copy)
+        #expect(index.live == [0: .init(entries: 1, bytes: 40), 3: .init(entries: 1, bytes: 44)])
     }
 
     @Test("inbox entries stored before the cutoff are pruned; other topics' are not")

@@ -68,8 +68,23 @@ struct EnvelopeIndex: Sendable {
     }
 
     private var topics: [String: Topic] = [:]
-    /// Live entries per segment: a segment with none left can be deleted.
-    private(set) var liveEntries: [UInt32: Int] = [:]
+    /// What is live in each segment: one with nothing left is deleted, one
+    /// with little left is compacted.
+    struct SegmentUse: Sendable, Equatable {
+        var entries = 0
+        var bytes = 0
+    }
+    private(set) var live: [UInt32: SegmentUse] = [:]
+    var liveEntries: [UInt32: Int] { live.mapValues(\.entries) }
+
+    private mutating func count(_ entry: Entry, _ sign: Int) {
+        live[entry.location.segment, default: SegmentUse()].entries += sign
+        live[entry.location.segment, default: SegmentUse()].bytes += sign * Int(entry.location.size)
+    }
+
+    /// Pruned entries met while replaying: a pruned entry a compaction had
+    /// copied must not come back through the copy it was made from.
+    private var replayedPrunes: [(topic: String, seq: Int64, location: SegmentLocation)] = []
     /// Topics whose head, or key chain, SQLite's checkpoint does not hold.
     private var changedHeads: Set<String> = []
     private var changedKeys: Set<String> = []
@@ -115,7 +130,7 @@ struct EnvelopeIndex: Sendable {
     /// How many entries `topic` holds, readable or not.
     func entryCount(of topic: String) -> Int { topics[topic]?.entries.count ?? 0 }
 
-    private static func firstIndex(in entries: [Entry], after seq: Int64) -> Int {
+    fileprivate static func firstIndex(in entries: [Entry], after seq: Int64) -> Int {
         var low = 0
         var high = entries.count
         while low < high {
@@ -150,7 +165,11 @@ struct EnvelopeIndex: Sendable {
             changedHeads.insert(logged.topic)
             if logged.registersKey != nil || logged.rotatesTo != nil { changedKeys.insert(logged.topic) }
         }
-        if !pruned { liveEntries[location.segment, default: 0] += 1 }
+        if pruned {
+            replayedPrunes.append((logged.topic, logged.seq, location))
+        } else {
+            count(Self.entry(logged, at: location), 1)
+        }
         // In place: a copy of the topic taken out and put back would copy
         // its entries at every one, quadratic in a topic's size.
         Self.replay(
@@ -176,12 +195,41 @@ struct EnvelopeIndex: Sendable {
             location: location, payloadBytes: UInt32(logged.payload.count))
     }
 
-    /// Once every segment is replayed: a topic's entries are appended in
-    /// seq order, so this sorts only what damage left out of order.
+    /// Once every segment is replayed. A topic's entries are appended in
+    /// seq order except where a compaction copied older ones to a newer
+    /// segment: then the copy, the later place, is kept, and a copy that
+    /// was pruned takes its original with it.
     mutating func finishLoading() {
+        var pruned: [String: [Int64: SegmentLocation]] = [:]
+        for prune in replayedPrunes { pruned[prune.topic, default: [:]][prune.seq] = prune.location }
+        replayedPrunes = []
         for name in topics.keys {
-            topics[name]?.sortIfNeeded()
+            guard let dropped = topics[name]?.keepLatestPlaces(prunedAt: pruned[name] ?? [:]) else { continue }
+            for entry in dropped { count(entry, -1) }
         }
+    }
+
+    /// Entries that live in `segments`, with their topics: what a
+    /// compaction copies. A scan of every entry, like `expired`.
+    func entries(in segments: Set<UInt32>) -> [(topic: String, entry: Entry)] {
+        var found: [(topic: String, entry: Entry)] = []
+        for (name, topic) in topics {
+            for entry in topic.entries where segments.contains(entry.location.segment) {
+                found.append((name, entry))
+            }
+        }
+        return found
+    }
+
+    /// A compaction copied `topic`'s entry at `seq` from `old` to `new`:
+    /// reads go to the copy. Nothing changes if the entry is gone or has
+    /// moved since.
+    mutating func move(_ topic: String, seq: Int64, from old: SegmentLocation, to new: SegmentLocation) {
+        guard let moved = topics[topic]?.relocate(seq: seq, from: old, to: new) else { return }
+        count(moved, -1)
+        var placed = moved
+        placed.location = new
+        count(placed, 1)
     }
 
     // MARK: Changing
@@ -274,7 +322,7 @@ struct EnvelopeIndex: Sendable {
                 placed.entries[index].location.segment = segment
                 placed.entries[index].location.offset += UInt32(recordOffset)
             }
-            liveEntries[segment, default: 0] += placed.entries.count
+            for entry in placed.entries { count(entry, 1) }
             changedHeads.insert(name)
             if !placed.accessKeys.isEmpty { changedKeys.insert(name) }
             topics[name, default: Topic()].take(placed)
@@ -302,7 +350,7 @@ struct EnvelopeIndex: Sendable {
     mutating func remove(_ removals: [Removal]) {
         for (name, removed) in Dictionary(grouping: removals, by: \.topic) {
             for entry in topics[name]?.forget(removed.map(\.entry)) ?? [] {
-                liveEntries[entry.location.segment, default: 0] -= 1
+                count(entry, -1)
             }
         }
     }
@@ -310,7 +358,7 @@ struct EnvelopeIndex: Sendable {
     /// Forgets a deleted topic and keeps its tombstone (SQLite holds it
     /// too): the name can never be founded again.
     mutating func removeTopic(_ topic: String) {
-        for entry in topics[topic]?.entries ?? [] { liveEntries[entry.location.segment, default: 0] -= 1 }
+        for entry in topics[topic]?.entries ?? [] { count(entry, -1) }
         topics[topic] = nil
         deletedTopics.insert(topic)
         changedHeads.remove(topic)
@@ -319,11 +367,11 @@ struct EnvelopeIndex: Sendable {
 
     /// Segments among `ids` that hold no live entry.
     func deadSegments(among ids: [UInt32]) -> [UInt32] {
-        ids.filter { (liveEntries[$0] ?? 0) <= 0 }
+        ids.filter { (live[$0]?.entries ?? 0) <= 0 }
     }
 
     mutating func forgetSegments(_ ids: [UInt32]) {
-        for id in ids { liveEntries[id] = nil }
+        for id in ids { live[id] = nil }
     }
 
     /// What SQLite's checkpoint lacks, taken: appends after this are the
@@ -383,8 +431,48 @@ extension EnvelopeIndex.Topic {
         return forgotten
     }
 
-    fileprivate mutating func sortIfNeeded() {
-        guard zip(entries, entries.dropFirst()).contains(where: { $0.seq >= $1.seq }) else { return }
-        entries.sort { $0.seq < $1.seq }
+    /// Sorts by seq, then place; of entries with one seq keeps the last
+    /// place (a compaction's copy), and drops an entry whose later copy was
+    /// pruned. Returns what it dropped; nil when nothing was out of order.
+    fileprivate mutating func keepLatestPlaces(prunedAt pruned: [Int64: SegmentLocation]) -> [EnvelopeIndex.Entry]? {
+        let ordered = zip(entries, entries.dropFirst()).allSatisfy { $0.seq < $1.seq }
+        guard !ordered || !pruned.isEmpty else { return nil }
+        if !ordered { entries.sort { ($0.seq, $0.location) < ($1.seq, $1.location) } }
+        var kept: [EnvelopeIndex.Entry] = []
+        var dropped: [EnvelopeIndex.Entry] = []
+        kept.reserveCapacity(entries.count)
+        for entry in entries {
+            if let copy = pruned[entry.seq], entry.location < copy {
+                dropped.append(entry)
+            } else if let last = kept.last, last.seq == entry.seq {
+                dropped.append(last)
+                kept[kept.count - 1] = entry
+            } else {
+                kept.append(entry)
+            }
+        }
+        guard !dropped.isEmpty else { return [] }
+        entries = kept
+        head.bytes -= dropped.reduce(0) { $0 + Int64($1.payloadBytes) }
+        let seqs = Set(kept.map(\.seq))
+        if !keys.isEmpty { keys = keys.filter { seqs.contains($0.value) } }
+        return dropped
+    }
+
+    /// The entry at `seq` if it is at `old`, moved to `new`.
+    fileprivate mutating func relocate(
+        seq: Int64, from old: SegmentLocation, to new: SegmentLocation
+    ) -> EnvelopeIndex.Entry? {
+        let index = EnvelopeIndex.firstIndex(in: entries, after: seq - 1)
+        guard index < entries.count, entries[index].seq == seq, entries[index].location == old else { return nil }
+        let before = entries[index]
+        entries[index].location = new
+        return before
+    }
+}
+
+extension SegmentLocation: Comparable {
+    static func < (left: SegmentLocation, right: SegmentLocation) -> Bool {
+        (left.segment, left.offset) < (right.segment, right.offset)
     }
 }
