@@ -258,16 +258,21 @@ public final class SQLiteRelayStore: RelayStore, SynchronousAppending {
         let (head, original, keyStatus) = index.withLock { index in
             (
                 pending.head(of: request.topic, in: index),
-                key.flatMap { pending.original(topic: request.topic, key: $0, in: index) },
+                key.flatMap { pending.original(topic: request.topic, key: $0, in: index) }.map {
+                    original -> (EnvelopeIndex.Pending.Original, SegmentFile?) in
+                    guard case .stored(let location) = original else { return (original, nil) }
+                    return (original, segments.file(location.segment))
+                },
                 request.accessKey.map { Self.status(topic: request.topic, key: $0, pending: pending, in: index) }
             )
         }
         // A retry is answered before any other check, with what its
         // original stored.
-        if let original {
+        if let (original, file) = original {
             switch original {
             case .inBatch(let logged): return AppendRules.retry(of: logged.envelope, keyStatus: keyStatus)
-            case .stored(let location): return AppendRules.retry(of: try read(location).envelope, keyStatus: keyStatus)
+            case .stored(let location):
+                return AppendRules.retry(of: try read(location, in: file).envelope, keyStatus: keyStatus)
             }
         }
         let founds: Bool
@@ -285,10 +290,11 @@ public final class SQLiteRelayStore: RelayStore, SynchronousAppending {
         return .success(AppendResult(envelope: logged.envelope, duplicate: false, retiredKey: retired))
     }
 
-    /// The entry at `location`; a reclaimed segment is one whose entries
-    /// were all pruned.
-    private func read(_ location: SegmentLocation) throws -> LoggedEntry {
-        guard let file = segments.file(location.segment) else {
+    /// The entry at `location`, in the segment file taken with it from the
+    /// index. Every entry the index names is in a segment it holds: pruned
+    /// and moved entries leave the index before their segment is deleted.
+    private func read(_ location: SegmentLocation, in file: SegmentFile?) throws -> LoggedEntry {
+        guard let file else {
             throw SegmentDamaged(
                 path: segments.directory.appendingPathComponent(SegmentFiles.name(of: location.segment)).path,
                 offset: Int(location.offset), reason: "the index names a segment that is gone")
@@ -339,21 +345,22 @@ public final class SQLiteRelayStore: RelayStore, SynchronousAppending {
     public func fetch(
         topic: String, after: UInt64, limit: Int, maxBytes: Int, nowMilliseconds: Int64
     ) async throws -> FetchResult {
+        // Each entry's segment file is taken with the index: a compaction
+        // may move an entry and delete its segment before it is read, and
+        // the file taken here is then read unlinked.
         let (entries, head) = index.withLock { index in
             (
                 index.entries(
-                    of: topic, after: Int64(clamping: after), limit: max(0, limit), nowMilliseconds: nowMilliseconds),
+                    of: topic, after: Int64(clamping: after), limit: max(0, limit), nowMilliseconds: nowMilliseconds
+                ).map { (entry: $0, file: segments.file($0.location.segment)) },
                 index.head(of: topic).lastSeq
             )
         }
         var envelopes: [WireEnvelope] = []
         var retiredKeys: [UInt64: Data] = [:]
         var bytes = 0
-        for entry in entries {
-            // A segment deleted since the index was read held only pruned
-            // entries.
-            guard let file = segments.file(entry.location.segment) else { continue }
-            let logged = try file.read(at: entry.location).withUnsafeBytes { try SegmentRecord.decodeEntry($0) }
+        for (entry, file) in entries {
+            let logged = try read(entry.location, in: file)
             // Byte-bounded pages: always at least one envelope.
             if maxBytes > 0, !envelopes.isEmpty, bytes + logged.payload.count > maxBytes { break }
             bytes += logged.payload.count
