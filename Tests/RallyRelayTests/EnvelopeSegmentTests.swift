@@ -420,6 +420,28 @@ struct EnvelopeSegmentTests {
         try SQLiteRelayStore(url: directory.storeURL, firstSegmentBytes: 8192, maxSegmentBytes: 8192)
     }
 
+    @Test(
+        "a segment file taken before its segment is deleted still reads its entries: what a fetch racing a compaction relies on"
+    )
+    func readAfterDeletion() throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let files = SegmentFiles(directory: directory.url, firstSegmentBytes: 4096, maxSegmentBytes: 4096)
+        var writer = SegmentWriter(files: files, tail: SegmentFiles.Tail(segment: nil, offset: 0))
+        let entry = LoggedEntry(
+            topic: "group/a", seq: 1, serverTime: 1, expiresAt: 0, payload: Data("kept".utf8), shouldPush: false,
+            control: false)
+        let placed = try writer.append(SegmentRecord.encode([entry]))
+        let taken = try #require(files.file(placed.segment))
+        try files.delete([placed.segment])
+        #expect(files.file(placed.segment) == nil)
+        #expect(!FileManager.default.fileExists(atPath: taken.path))
+        let location = SegmentLocation(
+            segment: placed.segment, offset: UInt32(placed.offset + SegmentRecord.firstEntryOffset),
+            size: UInt32(SegmentRecord.encodedSize(of: entry)))
+        #expect(try taken.read(at: location).withUnsafeBytes { try SegmentRecord.decodeEntry($0) } == entry)
+    }
+
     @Test("a pruned entry in a segment that stays is marked, and is not read again after a reopen")
     func prunedEntryInALiveSegment() async throws {
         let directory = try TemporaryDirectory()
