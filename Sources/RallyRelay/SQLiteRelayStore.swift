@@ -441,14 +441,22 @@ public final class SQLiteRelayStore: RelayStore, SynchronousAppending {
                 }
             }
             do {
-                try self.pool.write { db in
-                    let mark = try db.cachedStatement(
-                        sql: #"INSERT OR IGNORE INTO envelope_removals (segment, "offset") VALUES (?, ?)"#)
-                    for removal in removals {
-                        try mark.execute(arguments: [removal.entry.location.segment, removal.entry.location.offset])
+                // Marks in transactions of their own, a few thousand at a
+                // time, so that the SQLite writer (key bundles, topic
+                // deletion) never waits for a pruning of millions: a mark
+                // written for an entry the index still holds is of one that
+                // has expired anyway.
+                for start in stride(from: 0, to: removals.count, by: Self.marksPerTransaction) {
+                    let chunk = removals[start..<min(removals.count, start + Self.marksPerTransaction)]
+                    try self.pool.write { db in
+                        let mark = try db.cachedStatement(
+                            sql: #"INSERT OR IGNORE INTO envelope_removals (segment, "offset") VALUES (?, ?)"#)
+                        for removal in chunk {
+                            try mark.execute(arguments: [removal.entry.location.segment, removal.entry.location.offset])
+                        }
                     }
-                    try Self.write(checkpoint, db: db)
                 }
+                try self.pool.write { db in try Self.write(checkpoint, db: db) }
             } catch {
                 self.index.withLock { $0.restore(checkpoint) }
                 throw error
@@ -465,6 +473,9 @@ public final class SQLiteRelayStore: RelayStore, SynchronousAppending {
     /// An envelope that never expires no longer keeps the rest of its
     /// segment on disk.
     static let compactBelowLiveFraction = 4
+    /// Pruning marks per SQLite transaction: each a few tens of
+    /// milliseconds, where 900,000 in one held SQLite's writer for seconds.
+    static let marksPerTransaction = 4096
     /// What one pruning copies at most, so that it holds the writer's lock
     /// for short turns (one record of about `compactionRecordBytes` each).
     static let maxCompactionBytes = 32 << 20
