@@ -432,13 +432,12 @@ public final class SQLiteRelayStore: RelayStore, SynchronousAppending {
             // Every entry of a segment older than the newest one now is in
             // this checkpoint: a compaction may copy it without its key
             // changes.
-            let (removals, checkpoint, newest) = self.writer.withLock { writer in
-                self.index.withLock {
-                    (
-                        $0.expired(nowMilliseconds: nowMilliseconds, inboxCutoffMilliseconds: inboxCutoffMilliseconds),
-                        $0.takeCheckpoint(), writer.activeSegment
-                    )
-                }
+            let removals = self.scanIndex {
+                $0.expired(
+                    among: $1, nowMilliseconds: nowMilliseconds, inboxCutoffMilliseconds: inboxCutoffMilliseconds)
+            }
+            let (checkpoint, newest) = self.writer.withLock { writer in
+                self.index.withLock { ($0.takeCheckpoint(), writer.activeSegment) }
             }
             do {
                 // Marks in transactions of their own, a few thousand at a
@@ -495,7 +494,7 @@ public final class SQLiteRelayStore: RelayStore, SynchronousAppending {
             return chosen
         }
         guard !chosen.isEmpty else { return }
-        let moving = index.withLock { $0.entries(in: chosen) }.sorted { $0.entry.location < $1.entry.location }
+        let moving = scanIndex { $0.entries(in: chosen, of: $1) }.sorted { $0.entry.location < $1.entry.location }
         var batch: [(topic: String, entry: EnvelopeIndex.Entry, logged: LoggedEntry)] = []
         var bytes = 0
         for (topic, entry) in moving {
@@ -532,6 +531,22 @@ public final class SQLiteRelayStore: RelayStore, SynchronousAppending {
                 }
             }
         }
+    }
+
+    /// Topics the index's scans take per turn at its lock.
+    static let topicsPerScan = 256
+
+    /// A scan of the whole index in turns of `topicsPerScan` topics, so
+    /// that an append never waits for more than one turn. Only pruning
+    /// scans, and it runs on the store's queue, one at a time.
+    private func scanIndex<Found>(_ body: (EnvelopeIndex, ArraySlice<String>) -> [Found]) -> [Found] {
+        let names = index.withLock { $0.topicNames }
+        var found: [Found] = []
+        for start in stride(from: 0, to: names.count, by: Self.topicsPerScan) {
+            let slice = names[start..<min(names.count, start + Self.topicsPerScan)]
+            found += index.withLock { body($0, slice) }
+        }
+        return found
     }
 
     /// Deletes every segment but the newest that holds nothing live; the

@@ -608,7 +608,7 @@ struct EnvelopeIndexTests {
     )
     func removal() {
         var index = Self.loaded([1, 2, 3], expires: [1: 10, 3: 10])
-        let expired = index.expired(nowMilliseconds: 20, inboxCutoffMilliseconds: 0)
+        let expired = index.expired(among: index.topicNames, nowMilliseconds: 20, inboxCutoffMilliseconds: 0)
         #expect(expired.map(\.entry.seq).sorted() == [1, 3])
         index.remove(expired)
         #expect(index.entries(of: "t", after: 0, limit: 5, nowMilliseconds: 0).map(\.seq) == [2])
@@ -644,7 +644,7 @@ struct EnvelopeIndexTests {
             index.replay(Self.logged(seq, topic: "inbox/a"), at: Self.location(seq), checkpointedSeq: 0, pruned: false)
             index.replay(Self.logged(seq, topic: "group/a"), at: Self.location(seq), checkpointedSeq: 0, pruned: false)
         }
-        let expired = index.expired(nowMilliseconds: 0, inboxCutoffMilliseconds: 250)
+        let expired = index.expired(among: index.topicNames, nowMilliseconds: 0, inboxCutoffMilliseconds: 250)
         #expect(expired.map(\.topic) == ["inbox/a", "inbox/a"])
         #expect(expired.map(\.entry.seq).sorted() == [1, 2])
     }

@@ -211,15 +211,20 @@ struct EnvelopeIndex: Sendable {
 
     /// Entries that live in `segments`, with their topics: what a
     /// compaction copies. A scan of every entry, like `expired`.
-    func entries(in segments: Set<UInt32>) -> [(topic: String, entry: Entry)] {
+    func entries(in segments: Set<UInt32>, of names: some Sequence<String>) -> [(topic: String, entry: Entry)] {
         var found: [(topic: String, entry: Entry)] = []
-        for (name, topic) in topics {
-            for entry in topic.entries where segments.contains(entry.location.segment) {
+        for name in names {
+            for entry in topics[name]?.entries ?? [] where segments.contains(entry.location.segment) {
                 found.append((name, entry))
             }
         }
         return found
     }
+
+    /// Every topic the index holds: scans go through them a few at a time,
+    /// so that appends wait for the index's lock no longer than a slice
+    /// takes.
+    var topicNames: [String] { Array(topics.keys) }
 
     /// A compaction copied `topic`'s entry at `seq` from `old` to `new`:
     /// reads go to the copy. Nothing changes if the entry is gone or has
@@ -332,11 +337,13 @@ struct EnvelopeIndex: Sendable {
     /// Entries past their expiry, and inbox entries stored before
     /// `inboxCutoffMilliseconds` (0: none). A scan of every entry: pruning
     /// runs once a minute, off the publish path.
-    func expired(nowMilliseconds: Int64, inboxCutoffMilliseconds: Int64) -> [Removal] {
+    func expired(
+        among names: some Sequence<String>, nowMilliseconds: Int64, inboxCutoffMilliseconds: Int64
+    ) -> [Removal] {
         var removals: [Removal] = []
-        for (name, topic) in topics {
+        for name in names {
             let isInbox = inboxCutoffMilliseconds > 0 && name.hasPrefix("inbox/")
-            for entry in topic.entries
+            for entry in topics[name]?.entries ?? []
             where (entry.expiresAtMilliseconds > 0 && entry.expiresAtMilliseconds < nowMilliseconds)
                 || (isInbox && entry.storedAtMilliseconds < inboxCutoffMilliseconds)
             {
