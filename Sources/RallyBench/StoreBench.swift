@@ -44,7 +44,7 @@ struct StoreBench: AsyncParsableCommand {
             _ = try await store.append(requests, serverTimeMilliseconds: 1)
             stored += count
         }
-        let filled = Self.seconds(ContinuousClock.now - started)
+        let filled = (ContinuousClock.now - started).seconds
         try await store.close()
         let onDisk = Self.bytes(under: data)
 
@@ -81,7 +81,7 @@ struct StoreBench: AsyncParsableCommand {
         while true {
             let started = ContinuousClock.now
             let pruned = try await store.deleteExpired(nowMilliseconds: 20)
-            let took = Self.seconds(ContinuousClock.now - started)
+            let took = (ContinuousClock.now - started).seconds
             let now = Self.bytes(under: data)
             rounds += 1
             Output.write(
@@ -92,10 +92,6 @@ struct StoreBench: AsyncParsableCommand {
             previous = now
         }
         try await store.close()
-    }
-
-    static func seconds(_ duration: Duration) -> Double {
-        Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
     }
 
     private static func bytes(under directory: URL) -> Int {
@@ -120,7 +116,7 @@ struct ChildStoreOpenCommand: AsyncParsableCommand {
         let before = ProcessMemory.residentKiB() ?? 0
         let started = ContinuousClock.now
         let opened = try SQLiteRelayStore(url: URL(fileURLWithPath: store))
-        let seconds = StoreBench.seconds(ContinuousClock.now - started)
+        let seconds = (ContinuousClock.now - started).seconds
         let after = ProcessMemory.residentKiB() ?? 0
         Output.write("\(seconds) \(before) \(after)")
         try await opened.close()

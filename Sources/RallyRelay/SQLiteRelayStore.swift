@@ -18,7 +18,8 @@ public final class SQLiteRelayStore: RelayStore, SynchronousAppending {
     let pool: DatabasePool
     private let index: Mutex<EnvelopeIndex>
     private let segments: SegmentFiles
-    /// The one writer: appends, deletions and pruning take it in turn.
+    /// The one writer of segments: appends, topic deletion and a pruning's
+    /// compaction records take it in turn.
     private let writer: Mutex<SegmentWriter>
     private let lock: StoreLock
     /// Where the async calls run: a commit waits for `fdatasync`, which must
@@ -56,14 +57,11 @@ public final class SQLiteRelayStore: RelayStore, SynchronousAppending {
         loaded.finishLoading()
         index = Mutex(loaded)
         writer = Mutex(SegmentWriter(files: segments, tail: tail))
-        let present = segments.ids
+        let present = Set(segments.ids)
         if checkpoint.pruned.contains(where: { !present.contains($0.segment) }) {
             // Marks of a segment whose deletion was cut short.
             try pool.write { db in
-                try db.execute(
-                    sql:
-                        "DELETE FROM envelope_removals WHERE segment NOT IN (\(present.map(String.init).joined(separator: ",")))"
-                )
+                try db.execute(sql: "DELETE FROM envelope_removals WHERE segment NOT IN \(Self.sqlList(present))")
             }
         }
     }
@@ -255,25 +253,23 @@ public final class SQLiteRelayStore: RelayStore, SynchronousAppending {
         _ request: PublishRequest, serverTime: Int64, pending: inout EnvelopeIndex.Pending
     ) throws -> Result<AppendResult, AppendRefusal> {
         let key: Data? = request.idempotencyKey.isEmpty ? nil : request.idempotencyKey
-        let (head, original, keyStatus) = index.withLock { index in
-            (
-                pending.head(of: request.topic, in: index),
-                key.flatMap { pending.original(topic: request.topic, key: $0, in: index) }.map {
-                    original -> (EnvelopeIndex.Pending.Original, SegmentFile?) in
-                    guard case .stored(let location) = original else { return (original, nil) }
-                    return (original, segments.file(location.segment))
-                },
+        // A stored original's segment file is taken with the index, as a
+        // fetch takes it.
+        let (head, original, originalFile, keyStatus) = index.withLock { index in
+            let original = key.flatMap { pending.original(topic: request.topic, key: $0, in: index) }
+            return (
+                pending.head(of: request.topic, in: index), original,
+                original?.location.flatMap { segments.file($0.segment) },
                 request.accessKey.map { Self.status(topic: request.topic, key: $0, pending: pending, in: index) }
             )
         }
         // A retry is answered before any other check, with what its
         // original stored.
-        if let (original, file) = original {
-            switch original {
-            case .inBatch(let logged): return AppendRules.retry(of: logged.envelope, keyStatus: keyStatus)
-            case .stored(let location):
-                return AppendRules.retry(of: try read(location, in: file).envelope, keyStatus: keyStatus)
-            }
+        switch original {
+        case .inBatch(let logged)?: return AppendRules.retry(of: logged.envelope, keyStatus: keyStatus)
+        case .stored(let location)?:
+            return AppendRules.retry(of: try read(location, in: originalFile).envelope, keyStatus: keyStatus)
+        case nil: break
         }
         let founds: Bool
         switch AppendRules.check(request, head: head, keyStatus: keyStatus) {
@@ -373,6 +369,7 @@ public final class SQLiteRelayStore: RelayStore, SynchronousAppending {
     public func headSeq(topic: String) async throws -> UInt64 {
         UInt64(max(0, index.withLock { $0.head(of: topic).lastSeq }))
     }
+
     public func putKeyBundle(
         _ bundle: WireSignedKeyBundle, inboxID: InboxID, signingPublicKey: Data, createdAtMilliseconds: Int64
     ) async throws -> KeyBundlePutResult {
@@ -417,9 +414,9 @@ public final class SQLiteRelayStore: RelayStore, SynchronousAppending {
         }
     }
 
-    /// Prunes in memory and marks what it pruned in SQLite, in one
-    /// transaction with the checkpoint of every head and key chain that
-    /// changed since the last; then compacts segments that are mostly dead
+    /// Prunes in memory and marks what it pruned in SQLite, then writes the
+    /// checkpoint of every head and key chain that changed since the last;
+    /// then compacts segments that are mostly dead
     /// and deletes the segments left with no live entry (never the one
     /// being written).
     ///
@@ -429,13 +426,13 @@ public final class SQLiteRelayStore: RelayStore, SynchronousAppending {
     /// async calls run one at a time on the store's queue.
     public func deleteExpired(nowMilliseconds: Int64, inboxCutoffMilliseconds: Int64) async throws -> Int {
         try await onQueue {
-            // Every entry of a segment older than the newest one now is in
-            // this checkpoint: a compaction may copy it without its key
-            // changes.
             let removals = self.scanIndex {
                 $0.expired(
                     among: $1, nowMilliseconds: nowMilliseconds, inboxCutoffMilliseconds: inboxCutoffMilliseconds)
             }
+            // Every entry of a segment older than the newest one now is in
+            // this checkpoint: a compaction may copy it without its key
+            // changes.
             let (checkpoint, newest) = self.writer.withLock { writer in
                 self.index.withLock { ($0.takeCheckpoint(), writer.activeSegment) }
             }
@@ -498,8 +495,7 @@ public final class SQLiteRelayStore: RelayStore, SynchronousAppending {
         var batch: [(topic: String, entry: EnvelopeIndex.Entry, logged: LoggedEntry)] = []
         var bytes = 0
         for (topic, entry) in moving {
-            guard let file = segments.file(entry.location.segment) else { continue }
-            var logged = try file.read(at: entry.location).withUnsafeBytes { try SegmentRecord.decodeEntry($0) }
+            var logged = try read(entry.location, in: segments.file(entry.location.segment))
             // The checkpoint holds them (see deleteExpired).
             logged.registersKey = nil
             logged.rotatesTo = nil
@@ -562,9 +558,14 @@ public final class SQLiteRelayStore: RelayStore, SynchronousAppending {
         try segments.delete(dead)
         try pool.write { db in
             try db.execute(
-                sql: "DELETE FROM envelope_removals WHERE segment IN (\(dead.map(String.init).joined(separator: ",")))")
+                sql: "DELETE FROM envelope_removals WHERE segment IN \(Self.sqlList(dead))")
         }
         index.withLock { $0.forgetSegments(dead) }
+    }
+
+    /// Segment ids as an SQL list: numbers, nothing a caller chose.
+    private static func sqlList(_ ids: some Sequence<UInt32>) -> String {
+        "(" + ids.map(String.init).joined(separator: ",") + ")"
     }
 
     /// Heads, and whole key chains where they changed.

@@ -701,3 +701,10 @@ private func tally(_ bytes: [UInt8], failures: inout [String: Int], decoded: ino
     try expectCanonical(record, in: bytes)
     decoded += 1
 }
+
+extension CRC32C {
+    /// The checksum of a sequence: the vectors are written as arrays.
+    fileprivate static func checksum(_ bytes: some Sequence<UInt8>) -> UInt32 {
+        Array(bytes).withUnsafeBytes { checksum($0) }
+    }
+}

@@ -45,8 +45,4 @@ enum CRC32C {
             return ~crc
         }
     }
-
-    static func checksum(_ bytes: some Sequence<UInt8>) -> UInt32 {
-        Array(bytes).withUnsafeBytes { checksum($0) }
-    }
 }

@@ -75,7 +75,6 @@ struct EnvelopeIndex: Sendable {
         var bytes = 0
     }
     private(set) var live: [UInt32: SegmentUse] = [:]
-    var liveEntries: [UInt32: Int] { live.mapValues(\.entries) }
 
     private mutating func count(_ entry: Entry, _ sign: Int) {
         live[entry.location.segment, default: SegmentUse()].entries += sign
@@ -247,7 +246,6 @@ struct EnvelopeIndex: Sendable {
         fileprivate struct Delta: Sendable {
             var head: AppendRules.Head
             var entries: [Entry] = []
-            var logged: [Int64: LoggedEntry] = [:]
             var keys: [Key: Int64] = [:]
             var accessKeys: [Data: AccessKeyStatus] = [:]
         }
@@ -273,7 +271,9 @@ struct EnvelopeIndex: Sendable {
         /// What an earlier publish of this batch stored under `key`, or
         /// where the index has it.
         func original(topic: String, key: Data, in index: EnvelopeIndex) -> Original? {
-            if let delta = topics[topic], let seq = delta.keys[Key(key)], let logged = delta.logged[seq] {
+            if let seq = topics[topic]?.keys[Key(key)],
+                let logged = logged.last(where: { $0.seq == seq && $0.topic == topic })
+            {
                 return .inBatch(logged)
             }
             return index.original(topic: topic, key: key).map { .stored($0.location) }
@@ -282,6 +282,11 @@ struct EnvelopeIndex: Sendable {
         enum Original {
             case inBatch(LoggedEntry)
             case stored(SegmentLocation)
+
+            var location: SegmentLocation? {
+                guard case .stored(let location) = self else { return nil }
+                return location
+            }
         }
 
         /// `logged` appended after `head` (the head `head(of:in:)` gave),
@@ -314,7 +319,6 @@ struct EnvelopeIndex: Sendable {
             delta.head.bytes += Int64(logged.payload.count)
             if logged.control { delta.head.lastControlSeq = logged.seq }
             delta.entries.append(entry)
-            delta.logged[logged.seq] = logged
             if let key = logged.idempotencyKey { delta.keys[Key(key)] = logged.seq }
         }
     }
@@ -326,17 +330,17 @@ struct EnvelopeIndex: Sendable {
             for index in placed.entries.indices {
                 placed.entries[index].location.segment = segment
                 placed.entries[index].location.offset += UInt32(recordOffset)
+                count(placed.entries[index], 1)
             }
-            for entry in placed.entries { count(entry, 1) }
             changedHeads.insert(name)
             if !placed.accessKeys.isEmpty { changedKeys.insert(name) }
             topics[name, default: Topic()].take(placed)
         }
     }
 
-    /// Entries past their expiry, and inbox entries stored before
-    /// `inboxCutoffMilliseconds` (0: none). A scan of every entry: pruning
-    /// runs once a minute, off the publish path.
+    /// Entries of `names` past their expiry, and inbox entries stored
+    /// before `inboxCutoffMilliseconds` (0: none). Pruning scans every topic
+    /// this way once a minute, off the publish path.
     func expired(
         among names: some Sequence<String>, nowMilliseconds: Int64, inboxCutoffMilliseconds: Int64
     ) -> [Removal] {

@@ -149,8 +149,10 @@ final class SegmentFiles: Sendable {
                     }
                     offset += size
                 } catch {
-                    if rest.prefix(SegmentLimits.headerBytes).allSatisfy({ $0 == 0 }), !isNewest { return offset }
                     guard isNewest else {
+                        // An older segment ends in the zeros it was
+                        // preallocated with; anything else is damage.
+                        if rest.prefix(SegmentLimits.headerBytes).allSatisfy({ $0 == 0 }) { return offset }
                         throw SegmentDamaged(path: file.path, offset: offset, reason: "\(error)")
                     }
                     // What follows the last whole record of the newest

@@ -72,8 +72,8 @@ enum SegmentEncodingError: Error, Equatable {
 
 /// A batch of entries as one record: a header (magic, body length, CRC-32C
 /// of length and body), then the entry count and the entries. An entry is
-/// readable on its own at the offset `offsets(of:)` gives, which is what
-/// the index keeps.
+/// readable on its own (`decodeEntry`) at the offset and size `decode`
+/// gives for it, which is what the index keeps.
 enum SegmentRecord {
     private enum Flag {
         static let shouldPush: UInt8 = 1 << 0
