@@ -17,7 +17,7 @@ public final class SQLiteRelayStore: RelayStore, SynchronousAppending {
     /// Internal for the durability test, which reads its writer's pragma.
     let pool: DatabasePool
     private let index: Mutex<EnvelopeIndex>
-    private let segments: SegmentFiles
+    let segments: SegmentFiles
     /// The one writer of segments: appends, topic deletion and a pruning's
     /// compaction records take it in turn.
     private let writer: Mutex<SegmentWriter>
@@ -46,7 +46,8 @@ public final class SQLiteRelayStore: RelayStore, SynchronousAppending {
         try EnvelopeLogMove.moveIfNeeded(
             pool, into: directory, firstSegmentBytes: firstSegmentBytes, maxSegmentBytes: maxSegmentBytes)
         segments = SegmentFiles(
-            directory: directory, firstSegmentBytes: firstSegmentBytes, maxSegmentBytes: maxSegmentBytes)
+            directory: directory, firstSegmentBytes: firstSegmentBytes, maxSegmentBytes: maxSegmentBytes,
+            keepsSpare: true)
         var (loaded, checkpoint) = try pool.read { db in try Self.loadCheckpoint(db) }
         let tail = try segments.scanAll { logged, location in
             guard !loaded.isDeleted(logged.topic) else { return }
@@ -595,6 +596,8 @@ public final class SQLiteRelayStore: RelayStore, SynchronousAppending {
     }
 
     public func close() async throws {
+        // A spare still being written would outlive the store's lock.
+        segments.waitForSpare()
         try pool.close()
         lock.release()
     }

@@ -480,10 +480,11 @@ struct EnvelopeSegmentTests {
             serverTimeMilliseconds: 1)
     }
 
+    /// The segments, without the spare written ahead of them (ADR 0031).
     private static func segmentNames(_ directory: TemporaryDirectory) throws -> [String] {
         try FileManager.default.contentsOfDirectory(
             atPath: directory.url.appendingPathComponent("relay.sqlite-segments").path
-        ).sorted()
+        ).filter { $0.hasSuffix(".segment") }.sorted()
     }
 
     /// Where the records of a segment end: decoded one after another.

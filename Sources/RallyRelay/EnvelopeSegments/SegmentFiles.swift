@@ -62,6 +62,15 @@ final class SegmentFile: Sendable {
 /// The directory of segment files (ADR 0030): numbered, preallocated, each
 /// a run of records from its start. Only the newest is written; the others
 /// are read and, once nothing in them is live, deleted.
+///
+/// With `keepsSpare`, the next segment is written full of zeros ahead of
+/// need, off the writer's path, and renamed into place when the newest
+/// fills (ADR 0031). A segment that `posix_fallocate` reserved is made of
+/// unwritten extents: the first record into each block turns it into a
+/// written one, so the record's `fdatasync` also writes the inode and waits
+/// for it, a second round trip to the disk. Blocks that hold zeros already
+/// need no such change; under load (records of about 16 KiB) that took a
+/// commit's sync from about 400 to about 270 µs.
 final class SegmentFiles: Sendable {
     let directory: URL
     /// The first segment's size; each next one doubles up to
@@ -69,15 +78,30 @@ final class SegmentFiles: Sendable {
     let firstSegmentBytes: Int
     let maxSegmentBytes: Int
     private let files = Mutex<[UInt32: SegmentFile]>([:])
+    private let spare: SpareSegment?
 
     static let defaultFirstSegmentBytes = 1 << 20
     static let defaultMaxSegmentBytes = 64 << 20
 
-    init(directory: URL, firstSegmentBytes: Int, maxSegmentBytes: Int) {
+    init(directory: URL, firstSegmentBytes: Int, maxSegmentBytes: Int, keepsSpare: Bool = false) {
         self.directory = directory
         self.firstSegmentBytes = firstSegmentBytes
         self.maxSegmentBytes = max(firstSegmentBytes, maxSegmentBytes)
+        spare = keepsSpare ? SpareSegment(path: directory.appendingPathComponent(SpareSegment.name).path) : nil
     }
+
+    /// How big segment `id` is made: the first size, doubled per segment
+    /// up to the largest.
+    func plannedCapacity(of id: UInt32) -> Int {
+        min(firstSegmentBytes << min(Int(id), 20), maxSegmentBytes)
+    }
+
+    /// Waits until no spare is being written: for tests, which then see
+    /// the spare a segment will take.
+    func waitForSpare() { spare?.waitUntilWritten() }
+
+    /// The spare's size, once it is written and until a segment takes it.
+    var spareCapacity: Int? { spare?.readyCapacity }
 
     static func name(of id: UInt32) -> String { String(format: "%08x.segment", id) }
 
@@ -111,6 +135,10 @@ final class SegmentFiles: Sendable {
             ids.append(id)
         }
         ids.sort()
+        // A spare is only ever zeros, and one cut short by a crash may not
+        // be: it is written again rather than trusted.
+        spare?.discardLeftover()
+        defer { spare?.prepare(capacity: plannedCapacity(of: ids.last.map { $0 + 1 } ?? 0)) }
         var tail = Tail(segment: nil, offset: 0)
         for id in ids {
             let path = path(of: id)
@@ -178,13 +206,33 @@ final class SegmentFiles: Sendable {
 
     // MARK: Writing
 
-    /// A new segment after `previous`, big enough for `bytes`; preallocated
-    /// so that a sync after an append does not also commit the file's size.
+    /// A new segment after `previous`, big enough for `bytes`: the spare
+    /// when one is written and big enough, else preallocated here so that
+    /// a sync after an append does not also commit the file's size. Either
+    /// way the next spare is then written in the background.
     func create(after previous: SegmentFile?, holding bytes: Int) throws -> SegmentFile {
         let id = previous.map { $0.id + 1 } ?? 0
-        let doubled = firstSegmentBytes << min(Int(id), 20)
-        let capacity = max(min(doubled, maxSegmentBytes), bytes)
+        defer { spare?.prepare(capacity: plannedCapacity(of: id + 1)) }
         let path = path(of: id)
+        if let spare, let taken = spare.take(atLeast: bytes) {
+            let file = SegmentFile(id: id, path: path, descriptor: taken.descriptor, capacity: taken.capacity)
+            // The name is synced before any record in the file is
+            // acknowledged: a crash must not leave them under the spare's.
+            guard rename(spare.path, path) == 0 else {
+                let failure = errno
+                unlink(spare.path)
+                throw Self.posixError(failure, "rename the spare segment to", path)
+            }
+            do {
+                try Self.syncDirectory(directory)
+            } catch {
+                unlink(path)
+                throw error
+            }
+            files.withLock { $0[id] = file }
+            return file
+        }
+        let capacity = max(plannedCapacity(of: id), bytes)
         let descriptor = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
         guard descriptor >= 0 else { throw Self.posixError(errno, "create", path) }
         let file = SegmentFile(id: id, path: path, descriptor: descriptor, capacity: capacity)
@@ -227,12 +275,16 @@ final class SegmentFiles: Sendable {
     }
 
     static func sync(_ file: SegmentFile) throws {
+        guard sync(file.descriptor) == 0 else { throw posixError(errno, "sync", file.path) }
+    }
+
+    /// The data and what reading it needs (the size), on the disk itself.
+    static func sync(_ descriptor: Int32) -> Int32 {
         #if canImport(Glibc)
-            let synced = fdatasync(file.descriptor)
+            fdatasync(descriptor)
         #else
-            let synced = fcntl(file.descriptor, F_FULLFSYNC)
+            fcntl(descriptor, F_FULLFSYNC)
         #endif
-        guard synced == 0 else { throw posixError(errno, "sync", file.path) }
     }
 
     static func syncDirectory(_ directory: URL) throws {
@@ -277,6 +329,104 @@ final class SegmentFiles: Sendable {
         NSError(
             domain: NSPOSIXErrorDomain, code: Int(code),
             userInfo: [NSLocalizedDescriptionKey: "cannot \(action) \(path): \(String(cString: strerror(code)))"])
+    }
+}
+
+/// The next segment, written full of zeros on a queue of its own before
+/// the writer needs it (ADR 0031). It lives under a name the scan of
+/// segments does not read, and becomes a segment by a rename.
+final class SpareSegment: Sendable {
+    static let name = "spare.zeros"
+    /// Zeros are written this much at a time.
+    static let chunkBytes = 1 << 20
+
+    private enum State {
+        case none
+        case writing
+        case ready(descriptor: Int32, capacity: Int)
+    }
+
+    let path: String
+    private let state = Mutex(State.none)
+    private let queue = DispatchQueue(label: "rally.relay.segments.spare", qos: .utility)
+
+    init(path: String) {
+        self.path = path
+    }
+
+    // A spare being written holds this object until it is done.
+    deinit {
+        if case .ready(let descriptor, _) = state.withLock({ $0 }) { close(descriptor) }
+    }
+
+    var readyCapacity: Int? {
+        state.withLock { state in
+            if case .ready(_, let capacity) = state { return capacity }
+            return nil
+        }
+    }
+
+    /// Removes what a crash may have left: the scan never reads it, and it
+    /// may hold anything.
+    func discardLeftover() {
+        unlink(path)
+    }
+
+    /// Starts writing a spare of `capacity` bytes, unless one is written
+    /// or being written.
+    func prepare(capacity: Int) {
+        let start = state.withLock { state -> Bool in
+            guard case .none = state else { return false }
+            state = .writing
+            return true
+        }
+        guard start else { return }
+        queue.async {
+            let written = self.write(capacity: capacity)
+            self.state.withLock { state in
+                state = written.map { .ready(descriptor: $0, capacity: capacity) } ?? .none
+            }
+        }
+    }
+
+    /// The spare, if it is written and holds `bytes`; it is the caller's
+    /// from then on, and nothing else writes it.
+    func take(atLeast bytes: Int) -> (descriptor: Int32, capacity: Int)? {
+        state.withLock { state in
+            guard case .ready(let descriptor, let capacity) = state, capacity >= bytes else { return nil }
+            state = .none
+            return (descriptor, capacity)
+        }
+    }
+
+    func waitUntilWritten() { queue.sync {} }
+
+    /// Writes the zeros and syncs them; nil when the disk refused (the
+    /// writer then preallocates its segment itself, as without a spare).
+    private func write(capacity: Int) -> Int32? {
+        unlink(path)
+        let descriptor = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        guard descriptor >= 0 else { return nil }
+        let zeros = [UInt8](repeating: 0, count: min(Self.chunkBytes, capacity))
+        var offset = 0
+        let written = zeros.withUnsafeBytes { buffer -> Bool in
+            while offset < capacity {
+                let count = min(buffer.count, capacity - offset)
+                let done = pwrite(descriptor, buffer.baseAddress!, count, off_t(offset))
+                if done < 0 {
+                    if errno == EINTR { continue }
+                    return false
+                }
+                offset += done
+            }
+            return true
+        }
+        guard written, SegmentFiles.sync(descriptor) == 0 else {
+            close(descriptor)
+            unlink(path)
+            return nil
+        }
+        return descriptor
     }
 }
 
