@@ -80,7 +80,7 @@ enum HTTPEndpoints {
         if topic.kind != .inbox {
             accessKey = try verifyTopicProof(request, body: body, topic: topic, services: services)
         }
-        let validated = try services.validatePublish(publish, accessKey: accessKey)
+        let validated = try services.validatePublish(publish, to: topic, accessKey: accessKey)
         try services.checkPublishRate(ip: remoteIP, identity: nil, topic: validated.topic)
         switch await services.writer.publish(validated) {
         case .success(let appended): return appended.ack

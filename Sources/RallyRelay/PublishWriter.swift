@@ -33,13 +33,23 @@ protocol SynchronousAppending: RelayStore {
 final class PublishWriter: Sendable {
     typealias Completion = @Sendable (Result<AppendResult, RelayFailure>) -> Void
 
-    private struct Pending: Sendable {
-        let request: PublishRequest
-        let completion: Completion
+    /// Publishes in submission order, and who waits for each: two arrays,
+    /// so a commit hands the store its requests without copying them.
+    private struct Batch: Sendable {
+        var requests: [PublishRequest] = []
+        var completions: [Completion] = []
+
+        var count: Int { requests.count }
+        var isEmpty: Bool { requests.isEmpty }
+
+        mutating func append(_ request: PublishRequest, _ completion: @escaping Completion) {
+            requests.append(request)
+            completions.append(completion)
+        }
     }
 
     private struct State {
-        var queue: [Pending] = []
+        var queue = Batch()
         /// Bytes of the publishes waiting in `queue`.
         var queuedBytes = 0
         /// A commit is scheduled or running, on a loop, the commit thread or
@@ -49,11 +59,21 @@ final class PublishWriter: Sendable {
         /// Waiting for the queue to empty (``close()``).
         var drained: [CheckedContinuation<Void, Never>] = []
 
-        mutating func take(upTo maxBatch: Int) -> [Pending] {
-            let count = min(maxBatch, queue.count)
-            let batch = Array(queue.prefix(count))
-            queue.removeFirst(count)
-            queuedBytes -= batch.reduce(0) { $0 + $1.request.queuedBytes }
+        mutating func take(upTo maxBatch: Int) -> Batch {
+            guard queue.count > maxBatch else {
+                // The whole queue, moved rather than copied: the usual case.
+                defer {
+                    queue = Batch()
+                    queuedBytes = 0
+                }
+                return queue
+            }
+            let batch = Batch(
+                requests: Array(queue.requests.prefix(maxBatch)),
+                completions: Array(queue.completions.prefix(maxBatch)))
+            queue.requests.removeFirst(maxBatch)
+            queue.completions.removeFirst(maxBatch)
+            queuedBytes -= batch.requests.reduce(0) { $0 + $1.queuedBytes }
             return batch
         }
 
@@ -114,7 +134,7 @@ final class PublishWriter: Sendable {
                         .rateLimited, "the relay's write queue is full", retryAfterMilliseconds: Self.queueFullRetry))
             }
             state.queuedBytes += size
-            state.queue.append(Pending(request: request, completion: completion))
+            state.queue.append(request, completion)
             guard !state.isCommitting else { return .success(Start.none) }
             state.isCommitting = true
             if let loop, let synchronousStore { return .success(.onLoop(loop, synchronousStore)) }
@@ -190,7 +210,7 @@ final class PublishWriter: Sendable {
         let batch = state.withLock { $0.take(upTo: maxBatch) }
         let started = ContinuousClock.now
         let result = Result {
-            try synchronousStore.appendNow(batch.map(\.request), serverTimeMilliseconds: clock.nowMilliseconds)
+            try synchronousStore.appendNow(batch.requests, serverTimeMilliseconds: clock.nowMilliseconds)
         }
         settle(batch, result, started: started)
     }
@@ -204,7 +224,7 @@ final class PublishWriter: Sendable {
             let result: Result<[Result<AppendResult, AppendRefusal>], any Error>
             do {
                 result = .success(
-                    try await store.append(batch.map(\.request), serverTimeMilliseconds: clock.nowMilliseconds))
+                    try await store.append(batch.requests, serverTimeMilliseconds: clock.nowMilliseconds))
             } catch {
                 result = .failure(error)
             }
@@ -213,38 +233,45 @@ final class PublishWriter: Sendable {
     }
 
     private func settle(
-        _ batch: [Pending], _ result: Result<[Result<AppendResult, AppendRefusal>], any Error>,
+        _ batch: Batch, _ result: Result<[Result<AppendResult, AppendRefusal>], any Error>,
         started: ContinuousClock.Instant
     ) {
         metrics.commitLatency.record(ContinuousClock.now - started)
         metrics.commitBatchSize.record(Double(batch.count))
         switch result {
         case .success(let results):
-            let stored = results.compactMap { try? $0.get() }
-            let fresh = stored.filter { !$0.duplicate }.map {
-                TopicHub.Item(envelope: $0.envelope, retiredKey: $0.retiredKey)
+            var fresh: [TopicHub.Item] = []
+            fresh.reserveCapacity(results.count)
+            var duplicates = 0
+            for case .success(let stored) in results {
+                if stored.duplicate {
+                    duplicates += 1
+                } else {
+                    fresh.append(TopicHub.Item(envelope: stored.envelope, retiredKey: stored.retiredKey))
+                }
             }
             metrics.publishes.increment(by: Int64(fresh.count))
-            metrics.duplicates.increment(by: Int64(stored.count - fresh.count))
+            metrics.duplicates.increment(by: Int64(duplicates))
             // Live subscribers get the envelopes before publishers get acks,
             // so an ack implies the envelope is visible everywhere.
             hub.deliver(items: fresh)
             if let push {
                 // Handed over without waiting: pushing never holds a publish.
-                for (pending, appended) in zip(batch, results) where pending.request.shouldPush {
+                for (request, appended) in zip(batch.requests, results) where request.shouldPush {
                     guard case .success(let stored) = appended, !stored.duplicate,
-                        pending.request.topic.hasPrefix(Self.inboxPrefix)
+                        request.topic.hasPrefix(Self.inboxPrefix)
                     else { continue }
-                    push.stored(inbox: String(pending.request.topic.dropFirst(Self.inboxPrefix.count)))
+                    push.stored(inbox: String(request.topic.dropFirst(Self.inboxPrefix.count)))
                 }
             }
-            for (pending, appended) in zip(batch, results) {
-                pending.completion(appended.mapError { RelayFailure($0, topic: pending.request.topic) })
+            for index in results.indices {
+                batch.completions[index](
+                    results[index].mapError { RelayFailure($0, topic: batch.requests[index].topic) })
             }
         case .failure(let error):
             logger.error("commit failed", metadata: ["error": "\(error)", "batch": "\(batch.count)"])
-            for pending in batch {
-                pending.completion(.failure(RelayFailure(.internal, "could not store the envelope")))
+            for completion in batch.completions {
+                completion(.failure(RelayFailure(.internal, "could not store the envelope")))
             }
         }
     }

@@ -146,9 +146,12 @@ final class RelayServices: Sendable {
     }
 
     /// The checks every publish passes before it reaches the writer, on any
-    /// transport. `accessKey` is the key of a proof the caller verified.
-    func validatePublish(_ publish: WirePublish, accessKey: Data?) throws(RelayFailure) -> PublishRequest {
-        let topic = try validateTopic(publish.topic, forCapability: true)
+    /// transport, to `topic`: the publish's own, which the caller validated
+    /// already (its proof is checked against it). `accessKey` is the key of
+    /// a proof the caller verified.
+    func validatePublish(
+        _ publish: WirePublish, to topic: TopicName, accessKey: Data?
+    ) throws(RelayFailure) -> PublishRequest {
         guard publish.payload.count <= WireLimits.maxPayloadBytes else {
             throw RelayFailure(
                 .payloadTooLarge,

@@ -49,6 +49,16 @@ actor RelaySession {
         /// Topic proofs verified on this connection; publishes are the hot
         /// path, so a proof's signature is checked once per topic and key.
         var verifiedProofs: Set<ProofKey> = []
+        /// The one a publish found last: a publisher sends to one topic
+        /// after another, and comparing it costs less than hashing.
+        var lastVerified: ProofKey?
+
+        mutating func hasVerified(_ key: ProofKey) -> Bool {
+            if key == lastVerified { return true }
+            guard verifiedProofs.contains(key) else { return false }
+            lastVerified = key
+            return true
+        }
     }
 
     private nonisolated let gate: Mutex<PublishGate>
@@ -252,7 +262,7 @@ actor RelaySession {
             throw RelayFailure(.forbidden, "this topic needs a topic proof", topic: topic.rawValue)
         }
         let cacheKey = ProofKey(topic: topic.rawValue, accessKey: proof.accessKey)
-        if gate.withLock({ $0.verifiedProofs.contains(cacheKey) }) { return proof.accessKey }
+        if gate.withLock({ $0.hasVerified(cacheKey) }) { return proof.accessKey }
         let valid = services.origins.current.contains { origin in
             TopicAccess.isValid(
                 proof,
@@ -267,6 +277,7 @@ actor RelaySession {
                 gate.verifiedProofs.removeAll()
             }
             gate.verifiedProofs.insert(cacheKey)
+            gate.lastVerified = cacheKey
         }
         return proof.accessKey
     }
@@ -301,7 +312,7 @@ actor RelaySession {
     ) throws(RelayFailure) {
         let topic = try services.validateTopic(publish.topic, forCapability: true)
         let accessKey = try verifiedAccessKey(publish.hasProof ? publish.proof : nil, topic: topic)
-        let request = try services.validatePublish(publish, accessKey: accessKey)
+        let request = try services.validatePublish(publish, to: topic, accessKey: accessKey)
         let now = services.clock.monotonic
         let (taken, identity) = gate.withLock { ($0.bucket.take(now: now), $0.inboxID) }
         if case .limited(let retryAfter) = taken {

@@ -179,6 +179,41 @@ struct WriterTests {
     }
 
     @Test(
+        "a queue longer than the largest batch is committed in batches of at most that size, in submission order, each publish answered with its own seq"
+    )
+    func batchesOfAtMostMaxCommitBatch() async throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let store = GatedStore(try SQLiteRelayStore(url: directory.storeURL))
+        var limits = RelayLimits.default
+        limits.maxCommitBatch = 3
+        let services = makeServices(store: store, limits: limits)
+        async let first = services.writer.publish(request(groupTopic, "first"))
+        await store.waitUntilHeld()
+        let answers = Mutex<[String: UInt64]>([:])
+        let (done, finished) = AsyncStream.makeStream(of: Void.self)
+        for index in 0..<7 {
+            services.writer.submit(request(groupTopic, "p\(index)")) { result in
+                answers.withLock { $0["p\(index)"] = (try? result.get().envelope.seq) ?? 0 }
+                finished.yield()
+            }
+        }
+        #expect(services.writer.queuedCount == 7)
+        await store.open()
+        var count = 0
+        for await _ in done {
+            count += 1
+            if count == 7 { break }
+        }
+        #expect(try await first.get().envelope.seq == 1)
+        #expect(answers.withLock { $0 } == Dictionary(uniqueKeysWithValues: (0..<7).map { ("p\($0)", UInt64($0 + 2)) }))
+        #expect(await store.batchSizes == [1, 3, 3, 1])
+        #expect(services.writer.queuedCount == 0 && services.writer.queuedBytes == 0)
+        await services.writer.close()
+        try await store.close()
+    }
+
+    @Test(
         "a publish to an idle writer is committed and answered on its own event loop; what queues behind that commit goes to the commit thread, in order"
     )
     func commitsOnTheLoops() async throws {
