@@ -240,8 +240,9 @@ final class SessionSocket: Sendable {
     func writabilityChanged() { writer.writabilityChanged() }
 }
 
-/// Writes a session's frames to its socket.
-private final class SocketWriter: Sendable {
+/// Writes a session's frames to its socket: on its event loop directly,
+/// from anywhere else through the loop's outbox.
+private final class SocketWriter: OutboxWriter {
     private struct State {
         var closed = false
         var nextWaiter: UInt64 = 0
@@ -249,10 +250,12 @@ private final class SocketWriter: Sendable {
     }
 
     let channel: any Channel
+    private let outbox: LoopOutbox
     private let state = Mutex(State())
 
     init(channel: any Channel) {
         self.channel = channel
+        outbox = LoopOutbox.of(channel.eventLoop)
     }
 
     /// Writes one frame, waiting first while the socket's outbound buffer
@@ -271,16 +274,13 @@ private final class SocketWriter: Sendable {
     }
 
     /// Writes a live envelope the hub hands over from a commit, if the
-    /// socket can take it now. Always through the loop's queue, even on
-    /// the loop: a frame a feed wrote from another thread is queued there,
-    /// and this one must go out after it. Nothing goes out after the close
+    /// socket can take it now. Always through the loop's outbox, even on
+    /// the loop: a frame a feed wrote from another thread waits there, and
+    /// this one must go out after it. Nothing goes out after the close
     /// frame, which closing queues once `closed` is set.
     func writeLive(_ buffer: ByteBuffer) -> Bool {
         guard !state.withLock({ $0.closed }), channel.isWritable else { return false }
-        channel.eventLoop.execute {
-            guard !self.state.withLock({ $0.closed }) else { return }
-            self.write(buffer)
-        }
+        outbox.send(buffer, by: self, isLive: true)
         return true
     }
 
@@ -292,8 +292,20 @@ private final class SocketWriter: Sendable {
     }
 
     private func write(_ buffer: ByteBuffer) {
+        guard channel.eventLoop.inEventLoop else {
+            outbox.send(buffer, by: self, isLive: false)
+            return
+        }
         channel.writeAndFlush(WebSocketFrame(fin: true, opcode: .binary, data: buffer), promise: nil)
     }
+
+    func writeWithoutFlush(_ frame: ByteBuffer, isLive: Bool) -> Bool {
+        if isLive, state.withLock({ $0.closed }) { return false }
+        channel.write(WebSocketFrame(fin: true, opcode: .binary, data: frame), promise: nil)
+        return true
+    }
+
+    func flush() { channel.flush() }
 
     func writabilityChanged() {
         guard channel.isWritable else { return }
