@@ -596,8 +596,6 @@ public final class SQLiteRelayStore: RelayStore, SynchronousAppending {
     }
 
     public func close() async throws {
-        // A spare still being written would outlive the store's lock.
-        segments.waitForSpare()
         try pool.close()
         lock.release()
     }

@@ -31,32 +31,42 @@ struct SpareSegmentTests {
         try Data(contentsOf: URL(fileURLWithPath: path))
     }
 
+    private static func mode(_ path: String) throws -> UInt32 {
+        var status = stat()
+        guard stat(path, &status) == 0 else { throw POSIXError(.ENOENT) }
+        return UInt32(status.st_mode) & 0o777
+    }
+
     @Test(
-        "opening an empty directory writes a spare of the first segment's size, all zeros; the first record's segment is that file, renamed, and the next spare is the next size"
+        "no spare until the newest segment is half full; then one of the next segment's size, all zeros, 0600; the next segment is that file, renamed"
     )
-    func firstSegmentIsTheSpare() throws {
+    func nextSegmentIsTheSpare() throws {
         let directory = try TemporaryDirectory()
         defer { directory.remove() }
         let files = SegmentFiles(
             directory: directory.url, firstSegmentBytes: 4096, maxSegmentBytes: 16384, keepsSpare: true)
-        let tail = try files.scanAll { _, _ in Issue.record("an empty directory has no entries") }
+        var writer = SegmentWriter(files: files, tail: try files.scanAll { _, _ in })
+        let sparePath = try #require(files.sparePath)
+        _ = try writer.append(SegmentRecord.encode([Self.entry(1, payloadBytes: 1000)]))
         files.waitForSpare()
-        let sparePath = directory.url.appendingPathComponent(SpareSegment.name).path
-        #expect(files.spareCapacity == 4096)
-        #expect(try Self.contents(sparePath) == Data(count: 4096))
+        #expect(files.spareCapacity == nil, "under half of the first segment")
+        #expect(!FileManager.default.fileExists(atPath: sparePath))
+
+        _ = try writer.append(SegmentRecord.encode([Self.entry(2, payloadBytes: 1200)]))
+        files.waitForSpare()
+        #expect(files.spareCapacity == 8192)
+        #expect(files.plannedCapacity(of: 1) == 8192)
+        #expect(try Self.contents(sparePath) == Data(count: 8192))
+        #expect(try Self.mode(sparePath) == 0o600)
         let spareInode = try Self.inode(sparePath)
 
-        var writer = SegmentWriter(files: files, tail: tail)
-        let placed = try writer.append(SegmentRecord.encode([Self.entry(1)]))
-        let segmentPath = directory.url.appendingPathComponent(SegmentFiles.name(of: placed.segment)).path
-        #expect(placed.segment == 0)
-        #expect(try Self.inode(segmentPath) == spareInode)
-        #expect(try Self.contents(segmentPath).count == 4096)
-
-        files.waitForSpare()
-        #expect(files.spareCapacity == files.plannedCapacity(of: 1))
-        #expect(files.plannedCapacity(of: 1) == 8192)
-        #expect(try Self.inode(sparePath) != spareInode)
+        let placed = try writer.append(SegmentRecord.encode([Self.entry(3, payloadBytes: 2500)]))
+        #expect(placed.segment == 1 && placed.offset == 0)
+        let segment = try #require(files.file(1))
+        #expect(try Self.inode(segment.path) == spareInode)
+        #expect(segment.capacity == 8192)
+        #expect(files.spareCapacity == nil)
+        #expect(!FileManager.default.fileExists(atPath: sparePath))
     }
 
     @Test("a record larger than the spare gets a segment of its own size, and the spare waits for the next segment")
@@ -66,34 +76,34 @@ struct SpareSegmentTests {
         let files = SegmentFiles(
             directory: directory.url, firstSegmentBytes: 4096, maxSegmentBytes: 4096, keepsSpare: true)
         var writer = SegmentWriter(files: files, tail: try files.scanAll { _, _ in })
+        _ = try writer.append(SegmentRecord.encode([Self.entry(1, payloadBytes: 2500)]))
         files.waitForSpare()
-        let spareInode = try Self.inode(directory.url.appendingPathComponent(SpareSegment.name).path)
-        let placed = try writer.append(SegmentRecord.encode([Self.entry(1, payloadBytes: 6000)]))
+        let spareInode = try Self.inode(try #require(files.sparePath))
+        let placed = try writer.append(SegmentRecord.encode([Self.entry(2, payloadBytes: 6000)]))
         let segment = try #require(files.file(placed.segment))
+        #expect(placed.segment == 1)
         #expect(segment.capacity > 4096)
         #expect(try Self.inode(segment.path) != spareInode)
         #expect(files.spareCapacity == 4096)
     }
 
-    @Test(
-        "a spare a crash left with anything in it is discarded at open, never read as a segment, and written again as zeros"
-    )
-    func leftoverSpareIsDiscarded() throws {
+    @Test("a spare a crash left behind, with anything in it, is deleted at open and never read as a segment")
+    func leftoverSpareIsDeleted() throws {
         let directory = try TemporaryDirectory()
         defer { directory.remove() }
-        let sparePath = directory.url.appendingPathComponent(SpareSegment.name).path
+        let leftover = directory.url.appendingPathComponent(SpareSegment.prefix + "0123abcd" + SpareSegment.suffix)
         // What looks like a record, and then garbage: neither may be read.
-        var leftover = try SegmentRecord.encode([Self.entry(7)])
-        leftover += [UInt8](repeating: 0xA5, count: 100)
-        try Data(leftover).write(to: URL(fileURLWithPath: sparePath))
+        var bytes = try SegmentRecord.encode([Self.entry(7)])
+        bytes += [UInt8](repeating: 0xA5, count: 100)
+        try Data(bytes).write(to: leftover)
         let files = SegmentFiles(
             directory: directory.url, firstSegmentBytes: 4096, maxSegmentBytes: 4096, keepsSpare: true)
         var seen: [LoggedEntry] = []
         let tail = try files.scanAll { entry, _ in seen.append(entry) }
         #expect(seen.isEmpty)
         #expect(tail.segment == nil)
-        files.waitForSpare()
-        #expect(try Self.contents(sparePath) == Data(count: 4096))
+        #expect(!FileManager.default.fileExists(atPath: leftover.path))
+        #expect(files.sparePath != leftover.path)
     }
 
     @Test("a store whose every segment after the first was a spare reads all its envelopes after a reopen")
@@ -105,7 +115,7 @@ struct SpareSegmentTests {
             let store = try SQLiteRelayStore(url: directory.storeURL, firstSegmentBytes: 4096, maxSegmentBytes: 4096)
             for index in 0..<5 {
                 store.segments.waitForSpare()
-                #expect(store.segments.spareCapacity == 4096)
+                #expect(store.segments.spareCapacity == (index == 0 ? nil : 4096))
                 _ = try await store.appendAll([request("group/a", payload + "\(index)")], serverTimeMilliseconds: 1)
             }
             #expect(store.segments.ids.count == 5)

@@ -63,9 +63,9 @@ final class SegmentFile: Sendable {
 /// a run of records from its start. Only the newest is written; the others
 /// are read and, once nothing in them is live, deleted.
 ///
-/// With `keepsSpare`, the next segment is written full of zeros ahead of
-/// need, off the writer's path, and renamed into place when the newest
-/// fills (ADR 0031). A segment that `posix_fallocate` reserved is made of
+/// With `keepsSpare`, once the newest segment is half full the next one is
+/// written full of zeros, off the writer's path, and renamed into place
+/// when the newest fills (ADR 0031). A segment that `posix_fallocate` reserved is made of
 /// unwritten extents: the first record into each block turns it into a
 /// written one, so the record's `fdatasync` also writes the inode and waits
 /// for it, a second round trip to the disk. Blocks that hold zeros already
@@ -87,7 +87,7 @@ final class SegmentFiles: Sendable {
         self.directory = directory
         self.firstSegmentBytes = firstSegmentBytes
         self.maxSegmentBytes = max(firstSegmentBytes, maxSegmentBytes)
-        spare = keepsSpare ? SpareSegment(path: directory.appendingPathComponent(SpareSegment.name).path) : nil
+        spare = keepsSpare ? SpareSegment(directory: directory) : nil
     }
 
     /// How big segment `id` is made: the first size, doubled per segment
@@ -102,6 +102,17 @@ final class SegmentFiles: Sendable {
 
     /// The spare's size, once it is written and until a segment takes it.
     var spareCapacity: Int? { spare?.readyCapacity }
+
+    /// Where the spare is written.
+    var sparePath: String? { spare?.path }
+
+    /// Starts writing the segment after `active` as a spare once `active`
+    /// is half full: ahead of need by half a segment's worth of records,
+    /// and never for a store too small to fill its first segment.
+    func prepareSpare(after active: SegmentFile, tail: Int) {
+        guard let spare, tail * 2 >= active.capacity else { return }
+        spare.prepare(capacity: plannedCapacity(of: active.id + 1))
+    }
 
     static func name(of id: UInt32) -> String { String(format: "%08x.segment", id) }
 
@@ -136,9 +147,10 @@ final class SegmentFiles: Sendable {
         }
         ids.sort()
         // A spare is only ever zeros, and one cut short by a crash may not
-        // be: it is written again rather than trusted.
-        spare?.discardLeftover()
-        defer { spare?.prepare(capacity: plannedCapacity(of: ids.last.map { $0 + 1 } ?? 0)) }
+        // be: it is written again when needed rather than trusted.
+        for name in names where SpareSegment.isSpare(name) {
+            unlink(directory.appendingPathComponent(name).path)
+        }
         var tail = Tail(segment: nil, offset: 0)
         for id in ids {
             let path = path(of: id)
@@ -208,11 +220,9 @@ final class SegmentFiles: Sendable {
 
     /// A new segment after `previous`, big enough for `bytes`: the spare
     /// when one is written and big enough, else preallocated here so that
-    /// a sync after an append does not also commit the file's size. Either
-    /// way the next spare is then written in the background.
+    /// a sync after an append does not also commit the file's size.
     func create(after previous: SegmentFile?, holding bytes: Int) throws -> SegmentFile {
         let id = previous.map { $0.id + 1 } ?? 0
-        defer { spare?.prepare(capacity: plannedCapacity(of: id + 1)) }
         let path = path(of: id)
         if let spare, let taken = spare.take(atLeast: bytes) {
             let file = SegmentFile(id: id, path: path, descriptor: taken.descriptor, capacity: taken.capacity)
@@ -336,7 +346,14 @@ final class SegmentFiles: Sendable {
 /// the writer needs it (ADR 0031). It lives under a name the scan of
 /// segments does not read, and becomes a segment by a rename.
 final class SpareSegment: Sendable {
-    static let name = "spare.zeros"
+    /// Each store's spare has a name of its own (`spare-<random>.zeros`): a
+    /// store closed in this process may still be writing one while the
+    /// same directory is opened again, and the two must not meet.
+    static let prefix = "spare-"
+    static let suffix = ".zeros"
+
+    static func isSpare(_ name: String) -> Bool { name.hasPrefix(prefix) && name.hasSuffix(suffix) }
+
     /// Zeros are written this much at a time.
     static let chunkBytes = 1 << 20
 
@@ -350,8 +367,9 @@ final class SpareSegment: Sendable {
     private let state = Mutex(State.none)
     private let queue = DispatchQueue(label: "rally.relay.segments.spare", qos: .utility)
 
-    init(path: String) {
-        self.path = path
+    init(directory: URL) {
+        let tag = String(UInt64.random(in: .min ... .max), radix: 16)
+        path = directory.appendingPathComponent(Self.prefix + tag + Self.suffix).path
     }
 
     // A spare being written holds this object until it is done.
@@ -364,12 +382,6 @@ final class SpareSegment: Sendable {
             if case .ready(_, let capacity) = state { return capacity }
             return nil
         }
-    }
-
-    /// Removes what a crash may have left: the scan never reads it, and it
-    /// may hold anything.
-    func discardLeftover() {
-        unlink(path)
     }
 
     /// Starts writing a spare of `capacity` bytes, unless one is written
@@ -447,6 +459,7 @@ struct SegmentWriter: ~Copyable {
         self.files = files
         active = tail.segment
         self.tail = tail.offset
+        if let active { files.prepareSpare(after: active, tail: self.tail) }
     }
 
     var activeSegment: UInt32? { active?.id }
@@ -477,8 +490,10 @@ struct SegmentWriter: ~Copyable {
             throw error
         }
         try sync(file)
-        defer { tail += record.count }
-        return (file.id, tail)
+        let offset = tail
+        tail += record.count
+        files.prepareSpare(after: file, tail: tail)
+        return (file.id, offset)
     }
 
     private mutating func sync(_ file: SegmentFile) throws {
