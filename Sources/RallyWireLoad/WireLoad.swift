@@ -281,12 +281,17 @@ public final class WireLoad {
         guard try publishers[index].socket.readAvailable() else { throw .closedByRelay(code: nil) }
         while let frame = try publishers[index].socket.frameOrNil() {
             try answerPing(frame, on: publishers[index].socket)
-            guard let reply = try Self.decode(frame) else { continue }
             let expected = publishers[index].firstRequestID + UInt64(publishers[index].acknowledged)
-            guard case .publishAck? = reply.body, reply.requestID == expected else {
-                throw .unexpected(
-                    "request \(reply.requestID) answered with \(reply.body.map { "\($0)" } ?? "nothing"), expected the ack of \(expected)"
-                )
+            let skimmed = Self.skim(frame)
+            if skimmed?.body != .publishAck || skimmed?.requestID != expected {
+                // Anything but the expected ack is decoded in full, which
+                // says what it is.
+                guard let reply = try Self.decode(frame) else { continue }
+                guard case .publishAck? = reply.body, reply.requestID == expected else {
+                    throw .unexpected(
+                        "request \(reply.requestID) answered with \(reply.body.map { "\($0)" } ?? "nothing"), expected the ack of \(expected)"
+                    )
+                }
             }
             let now = DispatchTime.now().uptimeNanoseconds
             result.ackLatenciesMs.append(Double(now &- publishers[index].sentAt) / 1_000_000)
@@ -300,16 +305,31 @@ public final class WireLoad {
         guard try subscribers[index].socket.readAvailable() else { throw .closedByRelay(code: nil) }
         while let frame = try subscribers[index].socket.frameOrNil() {
             try answerPing(frame, on: subscribers[index].socket)
-            guard let reply = try Self.decode(frame) else { continue }
-            guard case .envelope(let envelope)? = reply.body, envelope.payload.count >= 8 else {
-                throw .unexpected("\(reply.body.map { "\($0)" } ?? "nothing") on a subscription")
+            let sentAt: UInt64
+            if let skimmed = Self.skim(frame), skimmed.body == .envelope, let payload = skimmed.payload,
+                payload.count >= 8
+            {
+                sentAt = frame.payload.withUnsafeBytes {
+                    $0.loadUnaligned(fromByteOffset: payload.lowerBound, as: UInt64.self)
+                }
+            } else {
+                guard let reply = try Self.decode(frame) else { continue }
+                guard case .envelope(let envelope)? = reply.body, envelope.payload.count >= 8 else {
+                    throw .unexpected("\(reply.body.map { "\($0)" } ?? "nothing") on a subscription")
+                }
+                sentAt = envelope.payload.prefix(8).withUnsafeBytes { $0.loadUnaligned(as: UInt64.self) }
             }
             let now = DispatchTime.now().uptimeNanoseconds
-            let sentAt = envelope.payload.prefix(8).withUnsafeBytes { $0.loadUnaligned(as: UInt64.self) }
             result.latenciesMs.append(Double(now &- sentAt) / 1_000_000)
             subscribers[index].received += 1
             result.delivered += 1
         }
+    }
+
+    /// A binary frame's ack or envelope, read without decoding it.
+    private static func skim(_ frame: ServerFrame) -> SkimmedServerFrame? {
+        guard frame.kind == .binary else { return nil }
+        return frame.payload.withUnsafeBytes { SkimmedServerFrame.skim($0) }
     }
 
     private func answerPing(_ frame: ServerFrame, on socket: LoadSocket) throws(WireLoadError) {
