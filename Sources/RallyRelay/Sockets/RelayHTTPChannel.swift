@@ -82,6 +82,9 @@ struct RelayHTTPChannel: ServerChildChannel, HTTPChannelHandler {
                                     maxAccumulatedFrameSize: services.limits.transportMaxFrameBytes),
                                 SessionSocketHandler(socket: socket),
                             ])
+                            socket.writeBelow(
+                                encoder: try channel.pipeline.syncOperations.context(
+                                    handlerType: WebSocketFrameEncoder.self))
                             return .session(socket)
                         case .room(let room):
                             return .room(

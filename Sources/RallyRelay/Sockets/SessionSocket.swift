@@ -238,6 +238,10 @@ final class SessionSocket: Sendable {
 
     /// The socket's writability changed (on its event loop).
     func writabilityChanged() { writer.writabilityChanged() }
+
+    /// On the loop, once the upgrade has added the WebSocket frame encoder:
+    /// frames are then framed by the writer and written below it.
+    func writeBelow(encoder context: ChannelHandlerContext) { writer.writeBelow(encoder: context) }
 }
 
 /// Writes a session's frames to its socket: on its event loop directly,
@@ -253,9 +257,22 @@ private final class SocketWriter: OutboxWriter {
     private let outbox: LoopOutbox
     private let state = Mutex(State())
 
+    /// The context of the pipeline's WebSocket frame encoder, once the
+    /// upgrade has put it there: a frame written on it skips the encoder,
+    /// framed here instead (``ByteBuffer/webSocketServerFrame(_:)``), so it
+    /// reaches the socket as one buffer. Until then (and on a test's
+    /// embedded channel) frames go through the encoder.
+    private let belowEncoder: NIOLoopBoundBox<ChannelHandlerContext?>
+
     init(channel: any Channel) {
         self.channel = channel
         outbox = LoopOutbox.of(channel.eventLoop)
+        belowEncoder = NIOLoopBoundBox.makeEmptyBox(valueType: ChannelHandlerContext.self, eventLoop: channel.eventLoop)
+    }
+
+    /// On the loop, once the upgrade has added the frame encoder.
+    func writeBelow(encoder context: ChannelHandlerContext) {
+        belowEncoder.value = context
     }
 
     /// Writes one frame, waiting first while the socket's outbound buffer
@@ -296,13 +313,23 @@ private final class SocketWriter: OutboxWriter {
             outbox.send(buffer, by: self, isLive: false)
             return
         }
-        channel.writeAndFlush(WebSocketFrame(fin: true, opcode: .binary, data: buffer), promise: nil)
+        emit(buffer)
+        channel.flush()
     }
 
     func writeWithoutFlush(_ frame: ByteBuffer, isLive: Bool) -> Bool {
         if isLive, state.withLock({ $0.closed }) { return false }
-        channel.write(WebSocketFrame(fin: true, opcode: .binary, data: frame), promise: nil)
+        emit(frame)
         return true
+    }
+
+    /// On the loop: one binary message, after everything written before it.
+    private func emit(_ message: ByteBuffer) {
+        if let context = belowEncoder.value {
+            context.write(NIOAny(ByteBuffer.webSocketServerFrame(message)), promise: nil)
+        } else {
+            channel.write(WebSocketFrame(fin: true, opcode: .binary, data: message), promise: nil)
+        }
     }
 
     func flush() { channel.flush() }

@@ -1,0 +1,42 @@
+import NIOCore
+import RallyWireLoad
+import Testing
+
+@testable import RallyRelay
+
+/// The relay frames its binary messages itself (header and message in one
+/// buffer); a client's RFC 6455 reader, written apart from it, reads them.
+@Suite("WebSocket server frames")
+struct WebSocketServerFrameTests {
+    @Test(
+        "each length encoding, at its edges, is a final unmasked binary frame that a client reads back whole",
+        arguments: [0, 1, 125, 126, 127, 65_535, 65_536, 266_240])
+    func lengthEncodings(length: Int) throws {
+        let message = ByteBuffer(bytes: (0..<length).map { UInt8(truncatingIfNeeded: $0 &* 31) })
+        let frame = ByteBuffer.webSocketServerFrame(message)
+        let headerBytes = length < 126 ? 2 : length < 65_536 ? 4 : 10
+        #expect(frame.readableBytes == headerBytes + length)
+        #expect(ByteBuffer.webSocketHeaderBytes(length) == headerBytes)
+        #expect(frame.getInteger(at: frame.readerIndex, as: UInt8.self) == 0x82)
+        // The second byte's top bit is the mask bit: a server never sets it.
+        let second = try #require(frame.getInteger(at: frame.readerIndex + 1, as: UInt8.self))
+        #expect(second & 0x80 == 0)
+        var reader = ServerFrameReader()
+        reader.append(Array(frame.readableBytesView))
+        let read = try #require(try reader.next())
+        #expect(read.kind == .binary)
+        #expect(read.payload == Array(message.readableBytesView))
+        #expect(reader.pendingBytes == 0)
+    }
+
+    @Test("a message that is a slice of a larger buffer is framed from its readable bytes only")
+    func sliceOfABuffer() throws {
+        var buffer = ByteBuffer(bytes: [9, 9, 1, 2, 3, 9])
+        buffer.moveReaderIndex(forwardBy: 2)
+        buffer.moveWriterIndex(to: 5)
+        var reader = ServerFrameReader()
+        reader.append(Array(ByteBuffer.webSocketServerFrame(buffer).readableBytesView))
+        let read = try #require(try reader.next())
+        #expect(read.kind == .binary && read.payload == [1, 2, 3])
+    }
+}
