@@ -311,8 +311,8 @@ struct SessionSocketTests {
 struct LoopPublishTests {
     static let topic = "inbox/" + Identity(displayName: "Owner").inboxID.rawValue
 
-    static func publishFrame(_ requestID: UInt64) -> ByteBuffer {
-        ByteBuffer(bytes: WireClientFrame.make(requestID, .publish(publishBody(topic, "hello"))).bytes)
+    static func publishFrame(_ requestID: UInt64) -> Data {
+        Data(WireClientFrame.make(requestID, .publish(publishBody(topic, "hello"))).bytes)
     }
 
     static func acks(_ channel: EmbeddedChannel) throws -> [WireServerFrame] {

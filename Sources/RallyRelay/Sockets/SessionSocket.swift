@@ -30,7 +30,7 @@ final class SessionSocket: Sendable {
         low: 512 * 1024, high: 1024 * 1024)
 
     enum Message: Sendable {
-        case binary(ByteBuffer)
+        case binary(Data)
         /// A message the event loop decoded already (and did not take).
         case frame(WireClientFrame)
         case text
@@ -153,12 +153,12 @@ final class SessionSocket: Sendable {
     /// queued for the writer right here, and answered from the commit
     /// (ADR 0028); everything else, and a publish while the socket cannot
     /// take more writes, goes to the session in order.
-    func receivedOnLoop(_ buffer: ByteBuffer) {
+    func receivedOnLoop(_ message: Data) {
         guard channel.isWritable, inbox.withLock({ $0.isIdle }),
-            let frame = try? FrameCodec.decodeClientFrame(Data(buffer.readableBytesView))
+            let frame = try? FrameCodec.decodeClientFrame(message)
         else {
             // Undecodable ones too: the session answers with the error.
-            received(.binary(buffer))
+            received(.binary(message))
             return
         }
         guard case .publish(let publish)? = frame.body else {
@@ -215,8 +215,8 @@ final class SessionSocket: Sendable {
 
     private func handle(_ message: Message) async -> SessionDisposition {
         switch message {
-        case .binary(let buffer):
-            return await session.receive(Data(buffer.readableBytesView))
+        case .binary(let message):
+            return await session.receive(message)
         case .frame(let frame):
             return await session.receive(frame)
         case .text:
@@ -394,7 +394,7 @@ final class SessionSocketHandler: ChannelInboundHandler {
         let frame = unwrapInboundIn(data)
         switch frame.opcode {
         case .binary:
-            socket.receivedOnLoop(frame.unmaskedData)
+            socket.receivedOnLoop(Data(unmasking: frame))
         case .text:
             socket.received(.text)
         case .ping:
