@@ -284,7 +284,7 @@ actor RelaySession {
 
     private func publish(_ publish: WirePublish, requestID: UInt64) throws(RelayFailure) {
         let acks = ackContinuation
-        try submit(publish, requestID: requestID, on: nil) { acks.yield($0) }
+        try submit(publish, requestID: requestID, on: nil) { acks.yield($0.frame) }
     }
 
     /// A publish the socket's event loop takes itself, while nothing else
@@ -293,7 +293,7 @@ actor RelaySession {
     /// the refusal to send instead when a check fails.
     nonisolated func publishOnLoop(
         _ publish: WirePublish, requestID: UInt64, loop: any EventLoop,
-        answer: @escaping @Sendable (WireServerFrame) -> Void
+        answer: @escaping @Sendable (PublishAnswer) -> Void
     ) -> RelayFailure? {
         noteActivity()
         do throws(RelayFailure) {
@@ -308,7 +308,7 @@ actor RelaySession {
     /// the ack or the writer's refusal.
     private nonisolated func submit(
         _ publish: WirePublish, requestID: UInt64, on loop: (any EventLoop)?,
-        answer: @escaping @Sendable (WireServerFrame) -> Void
+        answer: @escaping @Sendable (PublishAnswer) -> Void
     ) throws(RelayFailure) {
         let topic = try services.validateTopic(publish.topic, forCapability: true)
         let accessKey = try verifiedAccessKey(publish.hasProof ? publish.proof : nil, topic: topic)
@@ -325,13 +325,10 @@ actor RelaySession {
         services.writer.submit(request, on: loop) { result in
             switch result {
             case .success(let appended):
-                var frame = WireServerFrame()
-                frame.requestID = requestID
-                frame.publishAck = appended.ack
-                answer(frame)
+                answer(.stored(appended, requestID: requestID))
             case .failure(var failure):
                 failure.topic = request.topic
-                answer(services.errorFrame(failure, requestID: requestID))
+                answer(.refused(services.errorFrame(failure, requestID: requestID)))
             }
         }
     }
@@ -406,5 +403,35 @@ actor RelaySession {
     private func reply(_ failure: RelayFailure, to requestID: UInt64) async -> SessionDisposition {
         try? await send(services.errorFrame(failure, requestID: requestID))
         return failure.isFatal ? .close : .keepOpen
+    }
+}
+
+/// What a publish is answered with once the writer is done with it.
+enum PublishAnswer: Sendable {
+    case stored(AppendResult, requestID: UInt64)
+    case refused(WireServerFrame)
+
+    var frame: WireServerFrame {
+        switch self {
+        case .stored(let appended, let requestID):
+            var frame = WireServerFrame()
+            frame.requestID = requestID
+            frame.publishAck = appended.ack
+            return frame
+        case .refused(let frame):
+            return frame
+        }
+    }
+
+    /// The frame's bytes; an ack encoded by hand (``HotFrameEncoding``).
+    var encoded: ByteBuffer {
+        switch self {
+        case .stored(let appended, let requestID):
+            HotFrameEncoding.publishAck(
+                requestID: requestID, topic: appended.envelope.topic, seq: appended.envelope.seq,
+                serverTimeMs: appended.envelope.serverTimeMs, duplicate: appended.duplicate)
+        case .refused(let frame):
+            ByteBuffer(bytes: FrameCodec.encode(frame))
+        }
     }
 }

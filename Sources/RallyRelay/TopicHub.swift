@@ -140,9 +140,7 @@ final class TopicHub: Sendable {
 
     /// A live envelope as the frame every subscriber receives.
     static func encodedFrame(_ envelope: WireEnvelope) -> ByteBuffer {
-        var frame = WireServerFrame()
-        frame.envelope = envelope
-        return ByteBuffer(bytes: FrameCodec.encode(frame))
+        HotFrameEncoding.envelope(envelope)
     }
 
     /// Ends every subscription; later subscriptions end at once.

@@ -290,6 +290,11 @@ private final class SocketWriter: OutboxWriter {
         write(ByteBuffer(bytes: FrameCodec.encode(frame)))
     }
 
+    func writeNow(_ answer: PublishAnswer) {
+        guard !state.withLock({ $0.closed }) else { return }
+        write(answer.encoded)
+    }
+
     /// Writes a live envelope the hub hands over from a commit, if the
     /// socket can take it now. Always through the loop's outbox, even on
     /// the loop: a frame a feed wrote from another thread waits there, and
