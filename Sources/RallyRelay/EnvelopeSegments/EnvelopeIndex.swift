@@ -428,8 +428,10 @@ extension EnvelopeIndex.Topic {
     fileprivate mutating func take(_ delta: EnvelopeIndex.Pending.Delta) {
         head = delta.head
         entries.append(contentsOf: delta.entries)
-        keys.merge(delta.keys) { _, new in new }
-        accessKeys.merge(delta.accessKeys) { _, new in new }
+        // A batch brings a key or two per topic: inserted one by one, not
+        // merged, which costs more than the insertions for so few.
+        for (key, seq) in delta.keys { keys[key] = seq }
+        for (key, status) in delta.accessKeys { accessKeys[key] = status }
     }
 
     /// The entries it held of `removed`, now forgotten.

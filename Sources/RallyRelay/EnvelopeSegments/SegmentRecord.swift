@@ -22,6 +22,15 @@ struct LoggedEntry: Sendable, Equatable {
     /// The key this entry rotated its topic to.
     var rotatesTo: Data?
 
+    /// The keys it carries, in the order a record holds them. A loop over
+    /// an array of the four made an array per entry on the commit's path.
+    func forEachKey(_ body: (Data) throws -> Void) rethrows {
+        if let idempotencyKey { try body(idempotencyKey) }
+        if let retiresKey { try body(retiresKey) }
+        if let registersKey { try body(registersKey) }
+        if let rotatesTo { try body(rotatesTo) }
+    }
+
     var envelope: WireEnvelope {
         WireEnvelope(
             stored: topic, seq: seq, serverTime: serverTime, payload: payload, shouldPush: shouldPush,
@@ -91,9 +100,7 @@ enum SegmentRecord {
     /// How many bytes `entry` takes in a record.
     static func encodedSize(of entry: LoggedEntry) -> Int {
         var size = SegmentLimits.entryFixedBytes + entry.topic.utf8.count + entry.payload.count
-        for blob in [entry.idempotencyKey, entry.retiresKey, entry.registersKey, entry.rotatesTo] {
-            if let blob { size += 4 + blob.count }
-        }
+        entry.forEachKey { size += 4 + $0.count }
         return size
     }
 
@@ -127,9 +134,9 @@ enum SegmentRecord {
         guard entry.payload.count <= SegmentLimits.maxPayloadBytes else {
             throw .unreadable("a payload of \(entry.payload.count) bytes")
         }
-        for key in [entry.idempotencyKey, entry.retiresKey, entry.registersKey, entry.rotatesTo] {
-            if let key, key.count > SegmentLimits.maxKeyBytes { throw .unreadable("a key of \(key.count) bytes") }
-        }
+        var longest = 0
+        entry.forEachKey { longest = max(longest, $0.count) }
+        if longest > SegmentLimits.maxKeyBytes { throw .unreadable("a key of \(longest) bytes") }
     }
 
     private static func encode(_ entry: LoggedEntry, to bytes: inout [UInt8]) {
@@ -141,12 +148,12 @@ enum SegmentRecord {
         if entry.registersKey != nil { flags |= Flag.registersKey }
         if entry.rotatesTo != nil { flags |= Flag.rotatesTo }
         bytes.append(flags)
-        for value in [entry.seq, entry.serverTime, entry.expiresAt] { append(UInt64(bitPattern: value), to: &bytes) }
+        append(UInt64(bitPattern: entry.seq), to: &bytes)
+        append(UInt64(bitPattern: entry.serverTime), to: &bytes)
+        append(UInt64(bitPattern: entry.expiresAt), to: &bytes)
         appendBlob(entry.topic.utf8, to: &bytes)
         appendBlob(entry.payload, to: &bytes)
-        for blob in [entry.idempotencyKey, entry.retiresKey, entry.registersKey, entry.rotatesTo] {
-            if let blob { appendBlob(blob, to: &bytes) }
-        }
+        entry.forEachKey { appendBlob($0, to: &bytes) }
     }
 
     /// The record at the start of `bytes`: its entries with their offsets
