@@ -319,7 +319,7 @@ private final class SocketWriter: OutboxWriter {
             return
         }
         emit(buffer)
-        channel.flush()
+        flush()
     }
 
     func writeWithoutFlush(_ frame: ByteBuffer, isLive: Bool) -> Bool {
@@ -337,7 +337,14 @@ private final class SocketWriter: OutboxWriter {
         }
     }
 
-    func flush() { channel.flush() }
+    /// Below the encoder too, when the frames were: straight to the head.
+    func flush() {
+        if let context = belowEncoder.value {
+            context.flush()
+        } else {
+            channel.flush()
+        }
+    }
 
     func writabilityChanged() {
         guard channel.isWritable else { return }
