@@ -224,31 +224,30 @@ final class SegmentFiles: Sendable {
     func create(after previous: SegmentFile?, holding bytes: Int) throws -> SegmentFile {
         let id = previous.map { $0.id + 1 } ?? 0
         let path = path(of: id)
+        let file: SegmentFile
         if let spare, let taken = spare.take(atLeast: bytes) {
-            let file = SegmentFile(id: id, path: path, descriptor: taken.descriptor, capacity: taken.capacity)
-            // The name is synced before any record in the file is
-            // acknowledged: a crash must not leave them under the spare's.
+            file = SegmentFile(id: id, path: path, descriptor: taken.descriptor, capacity: taken.capacity)
             guard rename(spare.path, path) == 0 else {
                 let failure = errno
                 unlink(spare.path)
                 throw Self.posixError(failure, "rename the spare segment to", path)
             }
+        } else {
+            let descriptor = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+            guard descriptor >= 0 else { throw Self.posixError(errno, "create", path) }
+            file = SegmentFile(
+                id: id, path: path, descriptor: descriptor, capacity: max(plannedCapacity(of: id), bytes))
             do {
-                try Self.syncDirectory(directory)
+                try Self.preallocate(file)
+                try Self.sync(file)
             } catch {
                 unlink(path)
                 throw error
             }
-            files.withLock { $0[id] = file }
-            return file
         }
-        let capacity = max(plannedCapacity(of: id), bytes)
-        let descriptor = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
-        guard descriptor >= 0 else { throw Self.posixError(errno, "create", path) }
-        let file = SegmentFile(id: id, path: path, descriptor: descriptor, capacity: capacity)
+        // The name is synced before any record in the file is acknowledged:
+        // a crash must not leave them under another name, or none.
         do {
-            try Self.preallocate(file)
-            try Self.sync(file)
             try Self.syncDirectory(directory)
         } catch {
             unlink(path)
