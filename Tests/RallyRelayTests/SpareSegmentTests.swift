@@ -69,6 +69,22 @@ struct SpareSegmentTests {
         #expect(!FileManager.default.fileExists(atPath: sparePath))
     }
 
+    @Test("a spare of more than one chunk, ending in a part of one, is zeros to its last byte")
+    func spareOfSeveralChunks() throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let first = SpareSegment.chunkBytes * 3 / 4
+        let files = SegmentFiles(
+            directory: directory.url, firstSegmentBytes: first, maxSegmentBytes: 4 * first, keepsSpare: true)
+        var writer = SegmentWriter(files: files, tail: try files.scanAll { _, _ in })
+        _ = try writer.append(SegmentRecord.encode([Self.entry(1, payloadBytes: first / 2)]))
+        files.waitForSpare()
+        let capacity = files.plannedCapacity(of: 1)
+        #expect(capacity == SpareSegment.chunkBytes + SpareSegment.chunkBytes / 2)
+        #expect(files.spareCapacity == capacity)
+        #expect(try Self.contents(try #require(files.sparePath)) == Data(count: capacity))
+    }
+
     @Test("a record larger than the spare gets a segment of its own size, and the spare waits for the next segment")
     func recordLargerThanTheSpare() throws {
         let directory = try TemporaryDirectory()

@@ -180,9 +180,8 @@ struct EnvelopeIndex: Sendable {
         _ logged: LoggedEntry, at location: SegmentLocation, checkpointedSeq: Int64, pruned: Bool,
         into topic: inout Topic
     ) {
-        if logged.seq > checkpointedSeq { topic.apply(keyChangesOf: logged) }
-        topic.head.lastSeq = max(topic.head.lastSeq, logged.seq)
-        if logged.control { topic.head.lastControlSeq = max(topic.head.lastControlSeq, logged.seq) }
+        if logged.seq > checkpointedSeq { logged.applyKeyChanges(to: &topic.accessKeys) }
+        topic.head.include(logged)
         guard !pruned else { return }
         topic.record(entry(logged, at: location))
         if let key = logged.idempotencyKey { topic.keys[Key(key)] = logged.seq }
@@ -307,17 +306,9 @@ struct EnvelopeIndex: Sendable {
         private static func add(
             _ logged: LoggedEntry, _ entry: Entry, held: [Data: AccessKeyStatus], to delta: inout Delta
         ) {
-            if let founding = logged.registersKey { delta.accessKeys[founding] = .current }
-            if let newKey = logged.rotatesTo {
-                let merged = held.merging(delta.accessKeys) { _, pending in pending }
-                for (key, status) in merged where status == .current {
-                    delta.accessKeys[key] = .retired(validThrough: UInt64(max(0, logged.seq)))
-                }
-                delta.accessKeys[newKey] = .current
-            }
-            delta.head.lastSeq = logged.seq
+            logged.applyKeyChanges(to: &delta.accessKeys, heldBefore: held)
+            delta.head.include(logged)
             delta.head.bytes += Int64(logged.payload.count)
-            if logged.control { delta.head.lastControlSeq = logged.seq }
             delta.entries.append(entry)
             if let key = logged.idempotencyKey { delta.keys[Key(key)] = logged.seq }
         }
@@ -413,16 +404,6 @@ extension EnvelopeIndex.Topic {
         head.bytes += Int64(entry.payloadBytes)
     }
 
-    fileprivate mutating func apply(keyChangesOf logged: LoggedEntry) {
-        if let founding = logged.registersKey { accessKeys[founding] = .current }
-        if let newKey = logged.rotatesTo {
-            for (key, status) in accessKeys where status == .current {
-                accessKeys[key] = .retired(validThrough: UInt64(max(0, logged.seq)))
-            }
-            accessKeys[newKey] = .current
-        }
-    }
-
     /// A synced batch's changes, in one access to the topic: its arrays and
     /// dictionaries stay unique, so nothing is copied.
     fileprivate mutating func take(_ delta: EnvelopeIndex.Pending.Delta) {
@@ -487,5 +468,31 @@ extension EnvelopeIndex.Topic {
 extension SegmentLocation: Comparable {
     static func < (left: SegmentLocation, right: SegmentLocation) -> Bool {
         (left.segment, left.offset) < (right.segment, right.offset)
+    }
+}
+
+extension LoggedEntry {
+    /// What storing it changes in its topic's key chain, written into
+    /// `keys`: a founding key becomes current; a rotation retires every
+    /// current key at this seq and makes its new key current. The current
+    /// keys are those of `keys`, and of `heldBefore` where `keys` does not
+    /// say otherwise (a batch's changes over what the index holds). One
+    /// rule for appends and for replay at open.
+    func applyKeyChanges(to keys: inout [Data: AccessKeyStatus], heldBefore: [Data: AccessKeyStatus] = [:]) {
+        if let registersKey { keys[registersKey] = .current }
+        guard let rotatesTo else { return }
+        let current = heldBefore.merging(keys) { _, own in own }.filter { $0.value == .current }.keys
+        for key in current { keys[key] = .retired(validThrough: UInt64(max(0, seq))) }
+        keys[rotatesTo] = .current
+    }
+}
+
+extension AppendRules.Head {
+    /// The head once `logged` is stored: never moving back, so replay
+    /// (where a compaction's copy can come after later seqs) and the move
+    /// out of SQLite share it with appends.
+    mutating func include(_ logged: LoggedEntry) {
+        lastSeq = max(lastSeq, logged.seq)
+        if logged.control { lastControlSeq = max(lastControlSeq, logged.seq) }
     }
 }

@@ -59,10 +59,7 @@ enum EnvelopeLogMove {
                     payload: row["payload"], shouldPush: row["should_push"], control: row["control"],
                     idempotencyKey: row["idempotency_key"], retiresKey: row["retires_key"], registersKey: nil,
                     rotatesTo: nil)
-                var head = heads[entry.topic] ?? AppendRules.Head()
-                head.lastSeq = max(head.lastSeq, entry.seq)
-                if entry.control { head.lastControlSeq = max(head.lastControlSeq, entry.seq) }
-                heads[entry.topic] = head
+                heads[entry.topic, default: AppendRules.Head()].include(entry)
                 batch.append(entry)
                 if batch.count == rowsPerRecord {
                     _ = try writer.append(SegmentRecord.encode(batch))

@@ -65,12 +65,12 @@ final class SegmentFile: Sendable {
 ///
 /// With `keepsSpare`, once the newest segment is half full the next one is
 /// written full of zeros, off the writer's path, and renamed into place
-/// when the newest fills (ADR 0031). A segment that `posix_fallocate` reserved is made of
-/// unwritten extents: the first record into each block turns it into a
-/// written one, so the record's `fdatasync` also writes the inode and waits
-/// for it, a second round trip to the disk. Blocks that hold zeros already
-/// need no such change; under load (records of about 16 KiB) that took a
-/// commit's sync from about 400 to about 270 µs.
+/// when the newest fills (ADR 0031). A segment that `posix_fallocate`
+/// reserved is made of unwritten extents: the first record into each block
+/// turns it into a written one, so the record's `fdatasync` also writes the
+/// inode and waits for it, a second round trip to the disk. Blocks that
+/// hold zeros already need no such change; under load (records of about
+/// 16 KiB) that took a commit's sync from about 400 to about 270 µs.
 final class SegmentFiles: Sendable {
     let directory: URL
     /// The first segment's size; each next one doubles up to
@@ -269,18 +269,23 @@ final class SegmentFiles: Sendable {
     }
 
     static func write(_ bytes: [UInt8], to file: SegmentFile, at offset: Int) throws {
-        try bytes.withUnsafeBytes { buffer in
-            var done = 0
-            while done < buffer.count {
-                let written = pwrite(
-                    file.descriptor, buffer.baseAddress! + done, buffer.count - done, off_t(offset + done))
-                if written < 0 {
-                    if errno == EINTR { continue }
-                    throw posixError(errno, "write", file.path)
-                }
-                done += written
+        let failure = bytes.withUnsafeBytes { write($0, to: file.descriptor, at: offset) }
+        guard failure == 0 else { throw posixError(failure, "write", file.path) }
+    }
+
+    /// Writes all of `buffer` at `offset`, however `pwrite` splits it;
+    /// the `errno` of a failed write, or 0.
+    static func write(_ buffer: UnsafeRawBufferPointer, to descriptor: Int32, at offset: Int) -> Int32 {
+        var done = 0
+        while done < buffer.count {
+            let written = pwrite(descriptor, buffer.baseAddress! + done, buffer.count - done, off_t(offset + done))
+            if written < 0 {
+                if errno == EINTR { continue }
+                return errno
             }
+            done += written
         }
+        return 0
     }
 
     static func sync(_ file: SegmentFile) throws {
@@ -415,22 +420,16 @@ final class SpareSegment: Sendable {
     /// Writes the zeros and syncs them; nil when the disk refused (the
     /// writer then preallocates its segment itself, as without a spare).
     private func write(capacity: Int) -> Int32? {
-        unlink(path)
+        // The name is this store's alone, and every path that gives the
+        // file up renames or removes it: nothing is there to replace.
         let descriptor = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
         guard descriptor >= 0 else { return nil }
         let zeros = [UInt8](repeating: 0, count: min(Self.chunkBytes, capacity))
-        var offset = 0
-        let written = zeros.withUnsafeBytes { buffer -> Bool in
-            while offset < capacity {
-                let count = min(buffer.count, capacity - offset)
-                let done = pwrite(descriptor, buffer.baseAddress!, count, off_t(offset))
-                if done < 0 {
-                    if errno == EINTR { continue }
-                    return false
-                }
-                offset += done
+        let written = zeros.withUnsafeBytes { zeros in
+            stride(from: 0, to: capacity, by: zeros.count).allSatisfy { offset in
+                let chunk = UnsafeRawBufferPointer(rebasing: zeros[..<min(zeros.count, capacity - offset)])
+                return SegmentFiles.write(chunk, to: descriptor, at: offset) == 0
             }
-            return true
         }
         guard written, SegmentFiles.sync(descriptor) == 0 else {
             close(descriptor)

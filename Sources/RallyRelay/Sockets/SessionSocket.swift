@@ -174,7 +174,7 @@ final class SessionSocket: Sendable {
         if refusal.isFatal {
             received(.frame(frame))
         } else {
-            writer.writeNow(services.errorFrame(refusal, requestID: frame.requestID))
+            writer.writeNow(.refused(services.errorFrame(refusal, requestID: frame.requestID)))
         }
     }
 
@@ -285,11 +285,6 @@ private final class SocketWriter: OutboxWriter {
 
     /// Writes a frame without waiting: an answer to a publish taken on the
     /// event loop, which took it only while the socket could take writes.
-    func writeNow(_ frame: WireServerFrame) {
-        guard !state.withLock({ $0.closed }) else { return }
-        write(ByteBuffer(bytes: FrameCodec.encode(frame)))
-    }
-
     func writeNow(_ answer: PublishAnswer) {
         guard !state.withLock({ $0.closed }) else { return }
         write(answer.encoded)
