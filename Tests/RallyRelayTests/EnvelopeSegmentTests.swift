@@ -5,6 +5,12 @@ import Testing
 
 @testable import RallyRelay
 
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
 /// The embedded store's envelope segments (ADR 0030): records synced in
 /// preallocated files, the index rebuilt from them at open, pruning marks
 /// and checkpoints in SQLite, one process per store, and stores written
@@ -28,6 +34,25 @@ struct EnvelopeSegmentTests {
         let second = try SQLiteRelayStore(url: directory.storeURL)
         #expect(try await second.headSeq(topic: "group/a") == 1)
         try await second.close()
+    }
+
+    @Test(
+        "a lock released while an open waits for it (a spawning child's copy of the descriptor, until its exec) is taken instead of failing with StoreInUse"
+    )
+    func lockReleasedWhileWaiting() throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        // Another open file on the lock: `flock` conflicts between them as
+        // between processes.
+        let holder = open(directory.storeURL.path + ".lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        try #require(holder >= 0 && flock(holder, LOCK_EX | LOCK_NB) == 0)
+        var contended = 0
+        let lock = try StoreLock(beside: directory.storeURL) {
+            contended += 1
+            if contended == 1 { close(holder) }
+        }
+        #expect(contended == 1)
+        lock.release()
     }
 
     @Test(
