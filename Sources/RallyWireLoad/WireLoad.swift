@@ -60,10 +60,12 @@ public struct WireLoadResult: Sendable {
 public final class WireLoad {
     private struct Publisher {
         let socket: LoadSocket
-        /// Each message's client frame, encoded, unmasked.
-        let frames: [[UInt8]]
-        /// Where the send time goes in each frame.
-        let stampOffsets: [Int]
+        /// Each message's whole WebSocket frame, masked, waiting only for
+        /// its send time.
+        var frames: [[UInt8]]
+        /// Where the send time's 8 bytes go in each frame, and the mask
+        /// over those bytes.
+        let stamps: [(offset: Int, mask: UInt64)]
         let firstRequestID: UInt64
         var sent = 0
         var acknowledged = 0
@@ -79,7 +81,6 @@ public final class WireLoad {
     private let plan: WireLoadPlan
     private var publishers: [Publisher] = []
     private var subscribers: [Subscriber] = []
-    private var outgoing: [UInt8] = []
     private var maskState: UInt64 = UInt64.random(in: 1 ... .max)
 
     /// How long the run waits for any frame before it gives up.
@@ -126,7 +127,7 @@ public final class WireLoad {
             let (socket, nonce) = try connect(port: port, identity: client.identity)
             let proof = client.access.connectionProof(
                 origin: Self.origin(port: port), challengeNonce: nonce, topic: client.topic)
-            publishers.append(try Self.encodedPublishes(plan, socket: socket, topic: client.topic, proof: proof))
+            publishers.append(try encodedPublishes(socket: socket, topic: client.topic, proof: proof))
         }
     }
 
@@ -180,8 +181,11 @@ public final class WireLoad {
         try socket.send(encoded)
     }
 
-    private static func encodedPublishes(
-        _ plan: WireLoadPlan, socket: LoadSocket, topic: String, proof: WireTopicProof
+    /// Every publish of one publisher as the bytes the timed part sends:
+    /// framed and masked (each with a mask of its own), so that sending
+    /// one only writes its send time over the marker, masked.
+    private func encodedPublishes(
+        socket: LoadSocket, topic: String, proof: WireTopicProof
     ) throws(WireLoadError) -> Publisher {
         // A marker no random key or proof is likely to contain finds where
         // the payload landed in the encoded frame.
@@ -189,8 +193,9 @@ public final class WireLoad {
         var payload = Data(count: plan.payloadBytes)
         payload.replaceSubrange(0..<marker.count, with: marker)
         var frames: [[UInt8]] = []
-        var offsets: [Int] = []
+        var stamps: [(offset: Int, mask: UInt64)] = []
         frames.reserveCapacity(plan.messagesPerClient)
+        stamps.reserveCapacity(plan.messagesPerClient)
         let firstRequestID: UInt64 = 2
         for index in 0..<plan.messagesPerClient {
             var frame = WireClientFrame()
@@ -199,12 +204,24 @@ public final class WireLoad {
             frame.publish.payload = payload
             frame.publish.idempotencyKey = MessageSealing.newMessageID()
             frame.publish.proof = proof
-            let bytes = Array(FrameCodec.encode(frame))
-            guard let range = bytes.firstRange(of: marker) else { throw .unexpected("payload not found in its frame") }
+            let message = Array(FrameCodec.encode(frame))
+            guard let range = message.firstRange(of: marker) else {
+                throw .unexpected("payload not found in its frame")
+            }
+            let mask = nextMask()
+            var bytes: [UInt8] = []
+            ClientFrameEncoder.appendFrame(message, mask: mask, to: &bytes)
+            let payloadStart = bytes.count - message.count
+            var stampMask: UInt64 = 0
+            withUnsafeMutableBytes(of: &stampMask) { maskBytes in
+                for index in 0..<maskBytes.count {
+                    maskBytes[index] = ClientFrameEncoder.maskByte(mask, range.lowerBound + index)
+                }
+            }
             frames.append(bytes)
-            offsets.append(range.lowerBound)
+            stamps.append((payloadStart + range.lowerBound, stampMask))
         }
-        return Publisher(socket: socket, frames: frames, stampOffsets: offsets, firstRequestID: firstRequestID)
+        return Publisher(socket: socket, frames: frames, stamps: stamps, firstRequestID: firstRequestID)
     }
 
     /// xorshift64: a fresh mask per frame, as RFC 6455 asks, without a
@@ -219,23 +236,12 @@ public final class WireLoad {
     /// Sends `publisher`'s next message, stamped now.
     private func sendNext(_ index: Int) throws(WireLoadError) {
         let sequence = publishers[index].sent
-        let frame = publishers[index].frames[sequence]
-        let stampOffset = publishers[index].stampOffsets[sequence]
-        let mask = nextMask()
-        outgoing.removeAll(keepingCapacity: true)
-        ClientFrameEncoder.appendHeader(length: frame.count, mask: mask, to: &outgoing)
-        let payloadStart = outgoing.count
-        outgoing.append(contentsOf: frame)
-        var stamp = DispatchTime.now().uptimeNanoseconds
-        withUnsafeBytes(of: &stamp) { bytes in
-            for index in 0..<bytes.count { outgoing[payloadStart + stampOffset + index] = bytes[index] }
+        let (offset, mask) = publishers[index].stamps[sequence]
+        let stamp = DispatchTime.now().uptimeNanoseconds
+        publishers[index].frames[sequence].withUnsafeMutableBytes { frame in
+            frame.storeBytes(of: stamp ^ mask, toByteOffset: offset, as: UInt64.self)
         }
-        outgoing.withUnsafeMutableBufferPointer { buffer in
-            for index in payloadStart..<buffer.count {
-                buffer[index] ^= ClientFrameEncoder.maskByte(mask, index - payloadStart)
-            }
-        }
-        try publishers[index].socket.send(outgoing)
+        try publishers[index].socket.send(publishers[index].frames[sequence])
         publishers[index].sent += 1
         publishers[index].sentAt = stamp
     }
