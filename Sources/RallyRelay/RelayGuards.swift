@@ -1,16 +1,41 @@
 import Foundation
+import Synchronization
 
 /// Token buckets keyed by an IP address or an identity, shared by every
 /// connection and HTTP request. Idle keys (whose bucket would be full
 /// again) are forgotten when the table grows, so its size stays bounded by
 /// the keys active within one refill period.
-final class KeyedRateLimiter: @unchecked Sendable {
-    private let lock = NSLock()
+///
+/// A key's bucket is an object of its own: a connection looks its
+/// address's and its identity's up once and then takes from them
+/// directly, under a lock only that key's takers share, instead of a
+/// lookup under the table's lock per publish (which every publish of every
+/// loop contended for: 1 µs of the relay's CPU per message at 100
+/// clients).
+final class KeyedRateLimiter: Sendable {
+    final class Bucket: Sendable {
+        private let state: Mutex<(bucket: TokenBucket, lastUse: Duration)>
+
+        fileprivate init(ratePerSecond: Double, burst: Double, now: Duration) {
+            state = Mutex((TokenBucket(ratePerSecond: ratePerSecond, burst: burst, now: now), now))
+        }
+
+        func take(now: Duration) -> TokenBucket.Decision {
+            state.withLock { state in
+                state.lastUse = now
+                return state.bucket.take(now: now)
+            }
+        }
+
+        fileprivate func isIdle(now: Duration, refill: Duration) -> Bool {
+            state.withLock { now - $0.lastUse >= refill }
+        }
+    }
+
     private let ratePerSecond: Double
     private let burst: Double
     private let maxKeys: Int
-    // Guarded by `lock`.
-    private var buckets: [String: (bucket: TokenBucket, lastUse: Duration)] = [:]
+    private let buckets = Mutex<[String: Bucket]>([:])
 
     init(ratePerSecond: Double, burst: Double, maxKeys: Int = 100_000) {
         self.ratePerSecond = ratePerSecond
@@ -18,21 +43,37 @@ final class KeyedRateLimiter: @unchecked Sendable {
         self.maxKeys = maxKeys
     }
 
-    func take(_ key: String, now: Duration) -> TokenBucket.Decision {
-        lock.withLock {
-            if buckets.count >= maxKeys, buckets[key] == nil { forgetIdle(now: now) }
-            var entry =
-                buckets[key] ?? (TokenBucket(ratePerSecond: ratePerSecond, burst: burst, now: now), now)
-            let decision = entry.bucket.take(now: now)
-            entry.lastUse = now
-            buckets[key] = entry
-            return decision
+    /// The bucket of `key`, made full if there is none.
+    func bucket(_ key: String, now: Duration) -> Bucket {
+        buckets.withLock { buckets in
+            if let bucket = buckets[key] { return bucket }
+            if buckets.count >= maxKeys { forgetIdle(&buckets, now: now) }
+            let bucket = Bucket(ratePerSecond: ratePerSecond, burst: burst, now: now)
+            buckets[key] = bucket
+            return bucket
         }
     }
 
-    private func forgetIdle(now: Duration) {
+    func take(_ key: String, now: Duration) -> TokenBucket.Decision {
+        bucket(key, now: now).take(now: now)
+    }
+
+    /// How many keys have a bucket.
+    var keyCount: Int { buckets.withLock { $0.count } }
+
+    /// Forgets the buckets that are full again and that no connection
+    /// holds: a held one stays however idle, or a new connection from the
+    /// same key would get a full bucket beside it.
+    private func forgetIdle(_ buckets: inout [String: Bucket], now: Duration) {
         let refill: Duration = ratePerSecond > 0 ? .seconds(burst / ratePerSecond) : .seconds(3600)
-        buckets = buckets.filter { now - $0.value.lastUse < refill }
+        for key in Array(buckets.keys) {
+            // Out of the table, so that the table's own reference is not
+            // counted twice.
+            guard var bucket = buckets.removeValue(forKey: key) else { continue }
+            if !isKnownUniquelyReferenced(&bucket) || !bucket.isIdle(now: now, refill: refill) {
+                buckets[key] = bucket
+            }
+        }
     }
 }
 

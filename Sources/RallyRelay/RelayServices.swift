@@ -97,13 +97,25 @@ final class RelayServices: Sendable {
     /// Publish rate limits shared across connections and transports: per IP
     /// address and, when authenticated, per identity.
     func checkPublishRate(ip: String, identity: InboxID?, topic: String) throws(RelayFailure) {
+        try checkPublishRate(publishRateBuckets(ip: ip, identity: identity), topic: topic)
+    }
+
+    /// The buckets of an address and an identity, for a connection to keep.
+    func publishRateBuckets(ip: String, identity: InboxID?) -> PublishRateBuckets {
         let now = clock.monotonic
-        if case .limited(let retryAfter) = ipRates.take(ip, now: now) {
+        return PublishRateBuckets(
+            address: ipRates.bucket(ip, now: now),
+            identity: identity.map { identityRates.bucket($0.rawValue, now: now) })
+    }
+
+    func checkPublishRate(_ buckets: PublishRateBuckets, topic: String) throws(RelayFailure) {
+        let now = clock.monotonic
+        if case .limited(let retryAfter) = buckets.address.take(now: now) {
             throw RelayFailure(
                 .rateLimited, "too many publishes from this address", topic: topic,
                 retryAfterMilliseconds: retryAfter)
         }
-        if let identity, case .limited(let retryAfter) = identityRates.take(identity.rawValue, now: now) {
+        if case .limited(let retryAfter)? = buckets.identity?.take(now: now) {
             throw RelayFailure(
                 .rateLimited, "too many publishes by this identity", topic: topic, retryAfterMilliseconds: retryAfter)
         }
@@ -310,4 +322,11 @@ actor SessionRegistry {
 enum SessionDeadline: Sendable {
     case authentication
     case idle
+}
+
+/// The publish limits one connection takes from: its address's bucket and,
+/// once it is authenticated, its identity's.
+struct PublishRateBuckets: Sendable {
+    let address: KeyedRateLimiter.Bucket
+    let identity: KeyedRateLimiter.Bucket?
 }

@@ -52,6 +52,9 @@ actor RelaySession {
         /// The one a publish found last: a publisher sends to one topic
         /// after another, and comparing it costs less than hashing.
         var lastVerified: ProofKey?
+        /// The address's and identity's publish limits, looked up by the
+        /// first publish (again after authentication).
+        var rateBuckets: PublishRateBuckets?
 
         mutating func hasVerified(_ key: ProofKey) -> Bool {
             if key == lastVerified { return true }
@@ -244,7 +247,10 @@ actor RelaySession {
         if let inboxID, inboxID != verified {
             throw RelayFailure(.invalidRequest, "this connection is already authenticated as another inbox")
         }
-        gate.withLock { $0.inboxID = verified }
+        gate.withLock { gate in
+            gate.inboxID = verified
+            gate.rateBuckets = nil
+        }
         isAuthenticated.store(true, ordering: .relaxed)
         var authenticated = WireAuthenticated()
         authenticated.inboxID = verified.rawValue
@@ -314,13 +320,13 @@ actor RelaySession {
         let accessKey = try verifiedAccessKey(publish.hasProof ? publish.proof : nil, topic: topic)
         let request = try services.validatePublish(publish, to: topic, accessKey: accessKey)
         let now = services.clock.monotonic
-        let (taken, identity) = gate.withLock { ($0.bucket.take(now: now), $0.inboxID) }
+        let (taken, identity, cached) = gate.withLock { ($0.bucket.take(now: now), $0.inboxID, $0.rateBuckets) }
         if case .limited(let retryAfter) = taken {
             throw RelayFailure(
                 .rateLimited, "too many publishes on this connection", topic: request.topic,
                 retryAfterMilliseconds: retryAfter)
         }
-        try services.checkPublishRate(ip: remoteIP, identity: identity, topic: request.topic)
+        try services.checkPublishRate(cached ?? rateBuckets(identity: identity), topic: request.topic)
         let services = services
         services.writer.submit(request, on: loop) { result in
             switch result {
@@ -331,6 +337,16 @@ actor RelaySession {
                 answer(.refused(services.errorFrame(failure, requestID: requestID)))
             }
         }
+    }
+
+    /// Looks the connection's publish limits up and keeps them, unless
+    /// authentication changed the identity meanwhile.
+    private nonisolated func rateBuckets(identity: InboxID?) -> PublishRateBuckets {
+        let buckets = services.publishRateBuckets(ip: remoteIP, identity: identity)
+        gate.withLock { gate in
+            if gate.inboxID == identity { gate.rateBuckets = buckets }
+        }
+        return buckets
     }
 
     private func subscribe(_ subscribe: WireSubscribe, requestID: UInt64) async throws(RelayFailure) {

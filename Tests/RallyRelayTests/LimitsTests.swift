@@ -75,6 +75,46 @@ struct LimitsTests {
         await harness.finish()
     }
 
+    @Test("a connection that published before authenticating is held to its identity's limit after it")
+    func identityLimitAfterLateAuthentication() async throws {
+        var limits = RelayLimits.default
+        limits.publishRatePerSecondPerIdentity = 1
+        limits.publishBurstPerIdentity = 1
+        let harness = try SessionHarness(clock: ManualRelayClock(), limits: limits)
+        let inbox = FrameInbox()
+        var reader = FrameReader(inbox)
+        let session = Self.session(harness.services, ip: "192.0.2.1", inbox: inbox)
+        // Anonymous: only the address's limit applies.
+        #expect(await Self.publish(session, 1, &reader)?.publishAck.seq == 1)
+        #expect(await Self.publish(session, 2, &reader)?.publishAck.seq == 2)
+        let identity = Identity(displayName: "Ada")
+        let auth = identity.authenticate(challengeNonce: session.challengeNonce, origin: testOrigin)
+        _ = await session.handle(.make(100, .authenticate(auth)))
+        #expect(await reader.reply(to: 100)?.authenticated.inboxID == identity.inboxID.rawValue)
+        #expect(await Self.publish(session, 3, &reader)?.publishAck.seq == 3)
+        let limited = await Self.publish(session, 4, &reader)
+        #expect(limited?.errorCode == .rateLimited)
+        #expect(limited?.error.message == "too many publishes by this identity")
+        await session.close()
+        await harness.finish()
+    }
+
+    @Test("a full key table forgets buckets that are full again, but keeps one a connection holds, however idle")
+    func keyTableForgetsOnlyUnheldIdleBuckets() {
+        let limiter = KeyedRateLimiter(ratePerSecond: 1, burst: 1, maxKeys: 2)
+        let held = limiter.bucket("held", now: .zero)
+        #expect(held.take(now: .zero) == .allowed)
+        #expect(limiter.take("idle", now: .zero) == .allowed)
+        #expect(limiter.keyCount == 2)
+        // Both are full again after a second; only the unheld one goes.
+        _ = limiter.take("new", now: .seconds(5))
+        #expect(limiter.keyCount == 2)
+        #expect(limiter.bucket("held", now: .seconds(5)) === held)
+        // The held bucket still counts what its holder took.
+        #expect(held.take(now: .seconds(5)) == .allowed)
+        #expect(limiter.take("held", now: .seconds(5)) == .limited(retryAfterMilliseconds: 1000))
+    }
+
     @Test("a connection idle for the timeout gets IDLE_TIMEOUT and is closed; activity resets it")
     func idleTimeout() async throws {
         var limits = RelayLimits.default
