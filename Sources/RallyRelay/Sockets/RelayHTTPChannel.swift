@@ -50,6 +50,14 @@ struct RelayHTTPChannel: ServerChildChannel, HTTPChannelHandler {
     /// Header fields one request may carry.
     static let maxHeaderFields = 1000
 
+    /// Reads start at 512 bytes rather than NIO's 2,048 and grow when one
+    /// fills its buffer. A connection keeps its last read buffer for the
+    /// next read, and what an idle client sends (a subscribe, a pong, a
+    /// publish of a few hundred bytes) fits in 512: 10,000 subscribed
+    /// clients took 262 MiB of the relay's memory instead of 276
+    /// (`rally-bench idle`), with no change in publish throughput.
+    static let receiveAllocator = AdaptiveRecvByteBufferAllocator(minimum: 64, initial: 512, maximum: 65_536)
+
     let responder: Responder
     let services: RelayServices
 
@@ -61,6 +69,7 @@ struct RelayHTTPChannel: ServerChildChannel, HTTPChannelHandler {
     func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
         let services = services
         return channel.eventLoop.makeCompletedFuture {
+            try channel.syncOptions?.setOption(ChannelOptions.recvAllocator, value: Self.receiveAllocator)
             let upgradeAsked = NIOLoopBoundBox(false, eventLoop: channel.eventLoop)
             let upgrader = NIOTypedWebSocketServerUpgrader<Upgrade>(
                 maxFrameSize: services.limits.transportMaxFrameBytes,
