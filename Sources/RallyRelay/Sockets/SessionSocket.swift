@@ -68,25 +68,47 @@ final class SessionSocket: Sendable {
     /// publish acks until the session closes. Called once, by the server's
     /// task for this connection.
     func run() async {
-        if case .refused(let reason) = services.connections.admit(ip: remoteIP) {
-            // Refused before the challenge: the error frame is the only one.
-            try? await send(services.errorFrame(RelayFailure(.tooManyConnections, reason), requestID: 0))
-            closeSocket(code: .normalClosure)
-            return
-        }
+        guard await admitted() else { return }
         defer { services.connections.release(ip: remoteIP) }
         services.metrics.openConnections.increment()
         defer { services.metrics.openConnections.decrement() }
+        guard await challenged() else { return }
+        startTakingMessages()
+        await serve()
+        await finish()
+    }
+
+    // The steps of `run` are functions of their own, never inlined: the
+    // connection's task keeps `run`'s frame for as long as the connection
+    // lives, so it holds only what the steps share (10,000 idle
+    // connections took 19 MiB more with all of them in one frame).
+
+    /// Counted against the connection limits, or refused before the
+    /// challenge (the error frame is then the only one).
+    @inline(never)
+    private func admitted() async -> Bool {
+        guard case .refused(let reason) = services.connections.admit(ip: remoteIP) else { return true }
+        try? await send(services.errorFrame(RelayFailure(.tooManyConnections, reason), requestID: 0))
+        closeSocket(code: .normalClosure)
+        return false
+    }
+
+    @inline(never)
+    private func challenged() async -> Bool {
         await services.sessions.add(session, authDeadline: .now + services.limits.authTimeout)
         do {
             try await send(session.challengeFrame)
+            return true
         } catch {
             await services.sessions.remove(session)
             await session.close()
             closeSocket(code: .normalClosure)
-            return
+            return false
         }
-        startTakingMessages()
+    }
+
+    @inline(never)
+    private func serve() async {
         let session = session
         await withGracefulShutdownHandler {
             // Ends when the session closes: the socket closed, a fatal
@@ -99,8 +121,12 @@ final class SessionSocket: Sendable {
                 await session.endConnection()
             }
         }
-        // The shutdown may have ended the pump before the notice above
-        // ran: send it now, before the socket closes, so the client
+    }
+
+    @inline(never)
+    private func finish() async {
+        // The shutdown may have ended the pump before the notice in
+        // `serve` ran: send it now, before the socket closes, so the client
         // reconnects with jitter instead of counting a failure.
         if Task.isShuttingDownGracefully { await session.shuttingDown() }
         await services.sessions.remove(session)
