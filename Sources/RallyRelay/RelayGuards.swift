@@ -32,24 +32,45 @@ final class KeyedRateLimiter: Sendable {
         }
     }
 
+    private struct Table {
+        var buckets: [String: Bucket] = [:]
+        /// When the table was last searched for idle buckets, and how
+        /// often it was.
+        var lastSearch: Duration?
+        var searches = 0
+    }
+
     private let ratePerSecond: Double
     private let burst: Double
     private let maxKeys: Int
-    private let buckets = Mutex<[String: Bucket]>([:])
+    /// How long an unused bucket takes to be full again.
+    private let refill: Duration
+    private let table = Mutex(Table())
 
     init(ratePerSecond: Double, burst: Double, maxKeys: Int = 100_000) {
         self.ratePerSecond = ratePerSecond
         self.burst = burst
         self.maxKeys = maxKeys
+        refill = ratePerSecond > 0 ? .seconds(burst / ratePerSecond) : .seconds(3600)
     }
 
     /// The bucket of `key`, made full if there is none.
+    ///
+    /// A full table is searched for idle buckets at most once per refill
+    /// period: no bucket becomes idle sooner, and a table full of busy keys
+    /// (a flood from many addresses) would otherwise be searched in full
+    /// for every new key. Until the next search it grows past `maxKeys`,
+    /// by the keys that arrive within one refill period.
     func bucket(_ key: String, now: Duration) -> Bucket {
-        buckets.withLock { buckets in
-            if let bucket = buckets[key] { return bucket }
-            if buckets.count >= maxKeys { forgetIdle(&buckets, now: now) }
+        table.withLock { table in
+            if let bucket = table.buckets[key] { return bucket }
+            if table.buckets.count >= maxKeys, table.lastSearch.map({ now - $0 >= refill }) ?? true {
+                table.lastSearch = now
+                table.searches += 1
+                forgetIdle(&table.buckets, now: now)
+            }
             let bucket = Bucket(ratePerSecond: ratePerSecond, burst: burst, now: now)
-            buckets[key] = bucket
+            table.buckets[key] = bucket
             return bucket
         }
     }
@@ -59,13 +80,15 @@ final class KeyedRateLimiter: Sendable {
     }
 
     /// How many keys have a bucket.
-    var keyCount: Int { buckets.withLock { $0.count } }
+    var keyCount: Int { table.withLock { $0.buckets.count } }
+
+    /// How many times a full table was searched for idle buckets.
+    var idleSearches: Int { table.withLock { $0.searches } }
 
     /// Forgets the buckets that are full again and that no connection
     /// holds: a held one stays however idle, or a new connection from the
     /// same key would get a full bucket beside it.
     private func forgetIdle(_ buckets: inout [String: Bucket], now: Duration) {
-        let refill: Duration = ratePerSecond > 0 ? .seconds(burst / ratePerSecond) : .seconds(3600)
         for key in Array(buckets.keys) {
             // Out of the table, so that the table's own reference is not
             // counted twice.
