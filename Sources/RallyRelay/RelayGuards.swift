@@ -34,10 +34,8 @@ final class KeyedRateLimiter: Sendable {
 
     private struct Table {
         var buckets: [String: Bucket] = [:]
-        /// When the table was last searched for idle buckets, and how
-        /// often it was.
+        /// When the table was last searched for idle buckets.
         var lastSearch: Duration?
-        var searches = 0
     }
 
     private let ratePerSecond: Double
@@ -66,7 +64,6 @@ final class KeyedRateLimiter: Sendable {
             if let bucket = table.buckets[key] { return bucket }
             if table.buckets.count >= maxKeys, table.lastSearch.map({ now - $0 >= refill }) ?? true {
                 table.lastSearch = now
-                table.searches += 1
                 forgetIdle(&table.buckets, now: now)
             }
             let bucket = Bucket(ratePerSecond: ratePerSecond, burst: burst, now: now)
@@ -81,9 +78,6 @@ final class KeyedRateLimiter: Sendable {
 
     /// How many keys have a bucket.
     var keyCount: Int { table.withLock { $0.buckets.count } }
-
-    /// How many times a full table was searched for idle buckets.
-    var idleSearches: Int { table.withLock { $0.searches } }
 
     /// Forgets the buckets that are full again and that no connection
     /// holds: a held one stays however idle, or a new connection from the

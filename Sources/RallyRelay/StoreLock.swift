@@ -54,7 +54,7 @@ final class StoreLock: Sendable {
                 throw POSIXError(POSIXErrorCode(rawValue: failure) ?? .EIO)
             }
             whileContended()
-            Thread.sleep(forTimeInterval: Double(Self.retryInterval.components.attoseconds) / 1e18)
+            Thread.sleep(forTimeInterval: Self.retryInterval.timeInterval)
         }
         descriptor = Mutex(opened)
     }

@@ -67,8 +67,7 @@ struct SubscriptionFeed: Sendable {
         let live = liveDelivery()
         defer { live?.stop() }
         var feeding = Feeding(
-            subscription: services.hub.subscribe(
-                topic: topic, capacity: services.limits.subscriberBufferSize, live: live),
+            subscription: register(live: live),
             progress: Progress(lastSent: cursor, bound: readBound, live: live))
         do {
             if let outcome = try await catchUp(&feeding) { return outcome }
@@ -106,8 +105,7 @@ struct SubscriptionFeed: Sendable {
             guard resyncs < services.limits.maxCatchUpResyncs else { return await slowConsumer() }
             resyncs += 1
             feeding.progress.live?.newBuffer()
-            feeding.subscription = hub.subscribe(
-                topic: topic, capacity: services.limits.subscriberBufferSize, live: feeding.progress.live)
+            feeding.subscription = register(live: feeding.progress.live)
         }
         var subscribed = WireSubscribed()
         subscribed.topic = topic
@@ -170,6 +168,11 @@ struct SubscriptionFeed: Sendable {
         services.hub.unsubscribe(feeding.subscription.id)
         try? await send(services.errorFrame(failure, requestID: feeding.progress.subscribed ? 0 : requestID))
         return .failed
+    }
+
+    /// A buffer of the topic's live envelopes at the hub, from now on.
+    private func register(live: LiveDelivery?) -> TopicHub.Subscription {
+        services.hub.subscribe(topic: topic, capacity: services.limits.subscriberBufferSize, live: live)
     }
 
     /// The hub's direct path for this subscription, counting what it

@@ -34,8 +34,7 @@ struct TokenBucket: Sendable {
     private mutating func refill(now: Duration) {
         let elapsed = now - updatedAt
         guard elapsed > .zero else { return }
-        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
-        tokens = min(burst, tokens + seconds * ratePerSecond)
+        tokens = min(burst, tokens + elapsed.timeInterval * ratePerSecond)
         updatedAt = now
     }
 }

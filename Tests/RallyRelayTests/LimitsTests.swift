@@ -115,23 +115,21 @@ struct LimitsTests {
         #expect(limiter.take("held", now: .seconds(5)) == .limited(retryAfterMilliseconds: 1000))
     }
 
-    @Test("a full table of busy keys is searched for idle ones at most once per refill period, and grows meanwhile")
+    @Test("a full table is searched for idle keys at most once per refill period, and grows meanwhile")
     func keyTableSearchesOncePerRefill() {
         let limiter = KeyedRateLimiter(ratePerSecond: 1, burst: 1, maxKeys: 2)
         _ = limiter.take("a", now: .zero)
-        _ = limiter.take("b", now: .zero)
-        #expect(limiter.idleSearches == 0)
-        // Full: searched once, nothing is idle yet, and the table grows.
-        _ = limiter.take("c", now: .milliseconds(100))
-        #expect(limiter.idleSearches == 1)
-        for index in 0..<50 { _ = limiter.take("flood-\(index)", now: .milliseconds(200 + index)) }
-        #expect(limiter.idleSearches == 1, "no search within the refill period")
-        #expect(limiter.keyCount == 53)
-        // A refill period after the last search: searched again, and every
-        // bucket no connection holds and that is full again goes.
-        _ = limiter.take("d", now: .seconds(2))
-        #expect(limiter.idleSearches == 2)
-        #expect(limiter.keyCount == 1)
+        _ = limiter.take("b", now: .milliseconds(600))
+        // Full: searched; "a" is full again and goes, "b" is not yet.
+        _ = limiter.take("c", now: .seconds(1))
+        #expect(limiter.keyCount == 2)
+        // "b" is full again, but the last search was under a refill period
+        // ago: no search, and the table grows.
+        _ = limiter.take("d", now: .milliseconds(1700))
+        #expect(limiter.keyCount == 3)
+        // A refill period after the last search: "b" and "c" go.
+        _ = limiter.take("e", now: .seconds(2))
+        #expect(limiter.keyCount == 2)
     }
 
     @Test("a connection idle for the timeout gets IDLE_TIMEOUT and is closed; activity resets it")

@@ -67,59 +67,69 @@ struct LoopOutboxTests {
         try await loop.submit {}.get()
     }
 
+    /// `body` with a loop of its own and the loop's outbox; the loop is
+    /// shut down after.
+    private static func withOutbox(
+        _ body: (any EventLoop, LoopOutbox) async throws -> Void
+    ) async throws {
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        let loop = group.next()
+        do {
+            try await body(loop, LoopOutbox.of(loop))
+        } catch {
+            try await group.shutdownGracefully()
+            throw error
+        }
+        try await group.shutdownGracefully()
+    }
+
     @Test(
         "frames handed over from another thread while the loop is busy go out in one drain on the loop, in hand-over order per socket, each socket flushed once"
     )
     func oneDrainInOrder() async throws {
-        let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
-        let loop = group.next()
-        let outbox = LoopOutbox.of(loop)
-        #expect(LoopOutbox.of(loop) === outbox, "one outbox per loop")
-        let a = RecordingWriter("a", loop: loop)
-        let b = RecordingWriter("b", loop: loop)
-        try await Self.whileLoopIsBusy(loop) {
-            outbox.send(Self.frame("a1"), by: a, isLive: false)
-            outbox.send(Self.frame("b1"), by: b, isLive: true)
-            outbox.send(Self.frame("a2"), by: a, isLive: true)
-            outbox.send(Self.frame("b2"), by: b, isLive: false)
-            outbox.send(Self.frame("a3"), by: a, isLive: false)
+        try await Self.withOutbox { loop, outbox in
+            #expect(LoopOutbox.of(loop) === outbox, "one outbox per loop")
+            let a = RecordingWriter("a", loop: loop)
+            let b = RecordingWriter("b", loop: loop)
+            try await Self.whileLoopIsBusy(loop) {
+                outbox.send(Self.frame("a1"), by: a, isLive: false)
+                outbox.send(Self.frame("b1"), by: b, isLive: true)
+                outbox.send(Self.frame("a2"), by: a, isLive: true)
+                outbox.send(Self.frame("b2"), by: b, isLive: false)
+                outbox.send(Self.frame("a3"), by: a, isLive: false)
+            }
+            #expect(a.snapshot == RecordingWriter.Record(written: ["a1", "a2", "a3"], flushes: 1))
+            #expect(b.snapshot == RecordingWriter.Record(written: ["b1", "b2"], flushes: 1))
         }
-        #expect(a.snapshot == RecordingWriter.Record(written: ["a1", "a2", "a3"], flushes: 1))
-        #expect(b.snapshot == RecordingWriter.Record(written: ["b1", "b2"], flushes: 1))
-        try await group.shutdownGracefully()
     }
 
     @Test("a frame handed over after a drain ran goes out in the next drain, after the frames before it")
     func laterFramesInALaterDrain() async throws {
-        let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
-        let loop = group.next()
-        let outbox = LoopOutbox.of(loop)
-        let a = RecordingWriter("a", loop: loop)
-        try await Self.whileLoopIsBusy(loop) { outbox.send(Self.frame("first"), by: a, isLive: false) }
-        #expect(a.snapshot.written == ["first"])
-        try await Self.whileLoopIsBusy(loop) { outbox.send(Self.frame("second"), by: a, isLive: true) }
-        #expect(a.snapshot == RecordingWriter.Record(written: ["first", "second"], flushes: 2))
-        try await group.shutdownGracefully()
+        try await Self.withOutbox { loop, outbox in
+            let a = RecordingWriter("a", loop: loop)
+            try await Self.whileLoopIsBusy(loop) { outbox.send(Self.frame("first"), by: a, isLive: false) }
+            #expect(a.snapshot.written == ["first"])
+            try await Self.whileLoopIsBusy(loop) { outbox.send(Self.frame("second"), by: a, isLive: true) }
+            #expect(a.snapshot == RecordingWriter.Record(written: ["first", "second"], flushes: 2))
+        }
     }
 
     @Test(
         "a socket closed before the drain refuses its live frames and still gets the frames it took before closing; a socket with nothing written is not flushed"
     )
     func liveFramesOfAClosedSocket() async throws {
-        let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
-        let loop = group.next()
-        let outbox = LoopOutbox.of(loop)
-        let closing = RecordingWriter("closing", loop: loop)
-        let closed = RecordingWriter("closed", loop: loop)
-        try await Self.whileLoopIsBusy(loop) {
-            outbox.send(Self.frame("notice"), by: closing, isLive: false)
-            outbox.send(Self.frame("envelope"), by: closing, isLive: true)
-            outbox.send(Self.frame("envelope"), by: closed, isLive: true)
-            closing.record.withLock { $0.closed = true }
-            closed.record.withLock { $0.closed = true }
+        try await Self.withOutbox { loop, outbox in
+            let closing = RecordingWriter("closing", loop: loop)
+            let closed = RecordingWriter("closed", loop: loop)
+            try await Self.whileLoopIsBusy(loop) {
+                outbox.send(Self.frame("notice"), by: closing, isLive: false)
+                outbox.send(Self.frame("envelope"), by: closing, isLive: true)
+                outbox.send(Self.frame("envelope"), by: closed, isLive: true)
+                closing.record.withLock { $0.closed = true }
+                closed.record.withLock { $0.closed = true }
+            }
+            #expect(closing.snapshot == RecordingWriter.Record(written: ["notice"], flushes: 1, closed: true))
+            #expect(closed.snapshot == RecordingWriter.Record(written: [], flushes: 0, closed: true))
         }
-        #expect(closing.snapshot == RecordingWriter.Record(written: ["notice"], flushes: 1, closed: true))
-        #expect(closed.snapshot == RecordingWriter.Record(written: [], flushes: 0, closed: true))
-        try await group.shutdownGracefully()
     }
 }
