@@ -252,9 +252,6 @@ final class PublishWriter: Sendable {
             }
             metrics.publishes.increment(by: Int64(fresh.count))
             metrics.duplicates.increment(by: Int64(duplicates))
-            // Live subscribers get the envelopes before publishers get acks,
-            // so an ack implies the envelope is visible everywhere.
-            hub.deliver(items: fresh)
             if let push {
                 // Handed over without waiting: pushing never holds a publish.
                 for (request, appended) in zip(batch.requests, results) where request.shouldPush {
@@ -264,10 +261,17 @@ final class PublishWriter: Sendable {
                     push.stored(inbox: String(request.topic.dropFirst(Self.inboxPrefix.count)))
                 }
             }
+            // Acks first, then live subscribers (ADR 0034): the store has
+            // the batch already, so an ack still implies that every fetch,
+            // catch-up and long-poll from here on finds the envelope, and a
+            // feed registered meanwhile skips what its catch-up sent. Handing
+            // deliveries to other loops wakes them, which the acks no longer
+            // wait for.
             for index in results.indices {
                 batch.completions[index](
                     results[index].mapError { RelayFailure($0, topic: batch.requests[index].topic) })
             }
+            hub.deliver(items: fresh)
         case .failure(let error):
             logger.error("commit failed", metadata: ["error": "\(error)", "batch": "\(batch.count)"])
             for completion in batch.completions {
