@@ -21,8 +21,8 @@ enum SessionDisposition: Sendable, Equatable {
 /// per subscription, its backlog, `Subscribed` and live envelopes.
 actor RelaySession {
     typealias Send = @Sendable (WireServerFrame) async throws -> Void
-    /// Sends a frame that is already encoded (a live envelope the hub
-    /// encoded once for all its subscribers).
+    /// Sends a frame that is already encoded as a WebSocket frame (a live
+    /// envelope the hub encoded once for all its subscribers).
     typealias SendEncoded = @Sendable (ByteBuffer) async throws -> Void
 
     private struct ActiveSubscription {
@@ -100,7 +100,9 @@ actor RelaySession {
         lastActivityNanoseconds = Atomic(services.clock.monotonic.nanoseconds)
         self.send = send
         self.sendEncoded =
-            sendEncoded ?? { buffer in try await send(FrameCodec.decodeServerFrame(Data(buffer.readableBytesView))) }
+            sendEncoded ?? { buffer in
+                try await send(FrameCodec.decodeServerFrame(Data(buffer.webSocketServerMessage.readableBytesView)))
+            }
         var nonce = Data(count: 32)
         var generator = SystemRandomNumberGenerator()
         for index in nonce.indices { nonce[index] = UInt8.random(in: .min ... .max, using: &generator) }
@@ -439,7 +441,8 @@ enum PublishAnswer: Sendable {
         }
     }
 
-    /// The frame's bytes; an ack encoded by hand (``HotFrameEncoding``).
+    /// The frame as the socket writes it, a WebSocket frame; an ack encoded
+    /// by hand (``HotFrameEncoding``).
     var encoded: ByteBuffer {
         switch self {
         case .stored(let appended, let requestID):
@@ -447,7 +450,7 @@ enum PublishAnswer: Sendable {
                 requestID: requestID, topic: appended.envelope.topic, seq: appended.envelope.seq,
                 serverTimeMs: appended.envelope.serverTimeMs, duplicate: appended.duplicate)
         case .refused(let frame):
-            ByteBuffer(bytes: FrameCodec.encode(frame))
+            .webSocketServerFrame(encoding: frame)
         }
     }
 }

@@ -18,8 +18,8 @@ final class TopicHub: Sendable {
     struct Item: Sendable, Equatable {
         let envelope: WireEnvelope
         var retiredKey: Data? = nil
-        /// The envelope's frame, encoded once by the hub for all of the
-        /// topic's subscribers (a group's members share one encoding).
+        /// The envelope's WebSocket frame, encoded once by the hub for all
+        /// of the topic's subscribers (a group's members share one encoding).
         var frame: ByteBuffer? = nil
     }
 
@@ -138,7 +138,7 @@ final class TopicHub: Sendable {
         return delivered
     }
 
-    /// A live envelope as the frame every subscriber receives.
+    /// A live envelope as the WebSocket frame every subscriber receives.
     static func encodedFrame(_ envelope: WireEnvelope) -> ByteBuffer {
         HotFrameEncoding.envelope(envelope)
     }

@@ -2,19 +2,27 @@ import Foundation
 import NIOCore
 import RallyTestSupport
 import RallyWire
+import RallyWireLoad
 import Testing
 
 @testable import RallyRelay
 
-/// The hand encodings of the ack and the live envelope are SwiftProtobuf's
-/// encodings, byte for byte.
+/// The hand encodings of the ack and the live envelope are WebSocket frames
+/// holding SwiftProtobuf's encodings, byte for byte.
 @Suite("Hot frame encoding")
 struct HotFrameEncodingTests {
     /// Values at the edges of each varint length, and of the signed ones.
     private static let edgeUInt64: [UInt64] = [0, 1, 127, 128, 16_383, 16_384, 1 << 35, .max - 1, .max]
     private static let edgeInt64: [Int64] = [0, 1, -1, 127, 128, .max, .min, -300]
 
-    private static func bytes(_ buffer: ByteBuffer) -> [UInt8] { Array(buffer.readableBytesView) }
+    /// The message of a hand-encoded frame, read as a client reads it: the
+    /// buffer must hold exactly one final binary WebSocket frame.
+    private static func bytes(_ buffer: ByteBuffer) -> [UInt8] {
+        var reader = ServerFrameReader()
+        reader.append(Array(buffer.readableBytesView))
+        guard let frame = try? reader.next(), frame.kind == .binary, reader.pendingBytes == 0 else { return [0xFF] }
+        return frame.payload
+    }
 
     @Test("a publish ack, at the edges of every field and at random, is SwiftProtobuf's encoding")
     func publishAcks() {

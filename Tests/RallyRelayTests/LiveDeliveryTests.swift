@@ -18,7 +18,9 @@ struct LiveDeliveryTests {
 
         func write(_ frame: ByteBuffer) -> Bool {
             guard writable.withLock({ $0 }) else { return false }
-            let seq = (try? FrameCodec.decodeServerFrame(Data(frame.readableBytesView)))?.envelope.seq ?? 0
+            let seq =
+                (try? FrameCodec.decodeServerFrame(Data(frame.webSocketServerMessage.readableBytesView)))?.envelope.seq
+                ?? 0
             written.withLock { $0.append(seq) }
             return true
         }

@@ -184,7 +184,7 @@ struct SubscriptionTests {
         // One buffer shared by both, not two equal encodings.
         let addresses = [one, other].map { $0.withUnsafeReadableBytes { UInt(bitPattern: $0.baseAddress) } }
         #expect(addresses[0] == addresses[1])
-        let decoded = try FrameCodec.decodeServerFrame(Data(one.readableBytesView))
+        let decoded = try FrameCodec.decodeServerFrame(Data(one.webSocketServerMessage.readableBytesView))
         #expect(decoded.envelope == envelope)
         #expect(decoded.requestID == 0)
         var elsewhereItems = elsewhere.items.makeAsyncIterator()

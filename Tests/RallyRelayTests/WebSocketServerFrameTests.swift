@@ -12,7 +12,7 @@ import Testing
 @Suite("WebSocket server frames")
 struct WebSocketServerFrameTests {
     @Test(
-        "each length encoding, at its edges, is a final unmasked binary frame that a client reads back whole",
+        "each length encoding, at its edges, is a final unmasked binary frame that a client reads back whole, and the relay finds its message in it",
         arguments: [0, 1, 125, 126, 127, 65_535, 65_536, 266_240])
     func lengthEncodings(length: Int) throws {
         let message = ByteBuffer(bytes: (0..<length).map { UInt8(truncatingIfNeeded: $0 &* 31) })
@@ -30,6 +30,8 @@ struct WebSocketServerFrameTests {
         #expect(read.kind == .binary)
         #expect(read.payload == Array(message.readableBytesView))
         #expect(reader.pendingBytes == 0)
+        // A channel that frames messages itself gets the message back.
+        #expect(frame.webSocketServerMessage == message)
     }
 
     @Test("a message that is a slice of a larger buffer is framed from its readable bytes only")

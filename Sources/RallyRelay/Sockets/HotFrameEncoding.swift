@@ -4,11 +4,12 @@ import RallyWire
 
 /// The two server frames a publish makes, a `PublishAck` for its publisher
 /// and an `Envelope` for each live subscriber, encoded by hand into the
-/// buffer the socket writes: byte for byte what SwiftProtobuf writes (proto3:
-/// fields in number order, defaults left out). Both are built on the commit's
-/// path, once per publish; SwiftProtobuf built a message value, visited it,
-/// and copied the bytes from a `Data` into the buffer. Nothing here
-/// allocates but the buffer.
+/// buffer the socket writes: behind their WebSocket header, byte for byte
+/// what SwiftProtobuf writes (proto3: fields in number order, defaults left
+/// out). Both are built on the commit's path, once per publish; SwiftProtobuf
+/// built a message value, visited it, and copied the bytes from a `Data`
+/// into the buffer, which framing then copied again. Nothing here allocates
+/// but the buffer.
 ///
 /// Field numbers are relay.proto's; `HotFrameEncodingTests` holds each
 /// encoding to SwiftProtobuf's for random and edge values.
@@ -23,12 +24,12 @@ enum HotFrameEncoding {
         let body =
             bytesFieldSize(topic.utf8.count) + varintFieldSize(seq) + varintFieldSize(serverTime)
             + varintFieldSize(duplicate ? 1 : 0)
-        var frame = start(requestID: requestID, body: 12, bodyBytes: body)
-        frame.writeBytesField(1, topic.utf8)
-        frame.writeVarintField(2, seq)
-        frame.writeVarintField(3, serverTime)
-        frame.writeVarintField(4, duplicate ? 1 : 0)
-        return frame
+        return frame(requestID: requestID, body: 12, bodyBytes: body) { frame in
+            frame.writeBytesField(1, topic.utf8)
+            frame.writeVarintField(2, seq)
+            frame.writeVarintField(3, serverTime)
+            frame.writeVarintField(4, duplicate ? 1 : 0)
+        }
     }
 
     /// `ServerFrame { envelope { topic, seq, server_time_ms, payload, should_push, expires_at_ms, control } }`,
@@ -40,27 +41,30 @@ enum HotFrameEncoding {
             bytesFieldSize(envelope.topic.utf8.count) + varintFieldSize(envelope.seq) + varintFieldSize(serverTime)
             + bytesFieldSize(envelope.payload.count) + varintFieldSize(envelope.shouldPush ? 1 : 0)
             + varintFieldSize(expiresAt) + varintFieldSize(envelope.control ? 1 : 0)
-        var frame = start(requestID: 0, body: 14, bodyBytes: body)
-        frame.writeBytesField(1, envelope.topic.utf8)
-        frame.writeVarintField(2, envelope.seq)
-        frame.writeVarintField(3, serverTime)
-        frame.writeBytesField(4, envelope.payload)
-        frame.writeVarintField(5, envelope.shouldPush ? 1 : 0)
-        frame.writeVarintField(6, expiresAt)
-        frame.writeVarintField(7, envelope.control ? 1 : 0)
-        return frame
+        return frame(requestID: 0, body: 14, bodyBytes: body) { frame in
+            frame.writeBytesField(1, envelope.topic.utf8)
+            frame.writeVarintField(2, envelope.seq)
+            frame.writeVarintField(3, serverTime)
+            frame.writeBytesField(4, envelope.payload)
+            frame.writeVarintField(5, envelope.shouldPush ? 1 : 0)
+            frame.writeVarintField(6, expiresAt)
+            frame.writeVarintField(7, envelope.control ? 1 : 0)
+        }
     }
 
-    /// A buffer of the frame's exact size, holding its request id and the
-    /// body's tag and length. A body is written even when empty: the oneof
-    /// says which it is.
-    private static func start(requestID: UInt64, body number: UInt8, bodyBytes: Int) -> ByteBuffer {
-        var frame = ByteBufferAllocator().buffer(
-            capacity: varintFieldSize(requestID) + 1 + varintSize(UInt64(bodyBytes)) + bodyBytes)
-        frame.writeVarintField(1, requestID)
-        frame.writeInteger(number << 3 | 2)
-        frame.writeVarint(UInt64(bodyBytes))
-        return frame
+    /// A WebSocket frame of the message's exact size, holding the message's
+    /// request id and the body's tag and length; `body` writes the rest. A
+    /// body is written even when empty: the oneof says which it is.
+    private static func frame(
+        requestID: UInt64, body number: UInt8, bodyBytes: Int, _ body: (inout ByteBuffer) -> Void
+    ) -> ByteBuffer {
+        let length = varintFieldSize(requestID) + 1 + varintSize(UInt64(bodyBytes)) + bodyBytes
+        return ByteBuffer.webSocketServerFrame(length: length) { frame in
+            frame.writeVarintField(1, requestID)
+            frame.writeInteger(number << 3 | 2)
+            frame.writeVarint(UInt64(bodyBytes))
+            body(&frame)
+        }
     }
 
     /// A varint field's bytes: none for 0 (a bool is a varint of 1).

@@ -306,7 +306,7 @@ private final class SocketWriter: OutboxWriter {
     /// hub buffer then overflows into SLOW_CONSUMER), not the relay.
     func send(_ frame: WireServerFrame) async throws {
         try await waitUntilWritable()
-        write(ByteBuffer(bytes: FrameCodec.encode(frame)))
+        write(.webSocketServerFrame(encoding: frame))
     }
 
     /// Writes a frame without waiting: an answer to a publish taken on the
@@ -327,8 +327,8 @@ private final class SocketWriter: OutboxWriter {
         return true
     }
 
-    /// Writes a frame encoded once for several sockets: the buffer's bytes
-    /// are shared, not copied.
+    /// Writes a WebSocket frame encoded once for several sockets: the
+    /// buffer's bytes are shared, not copied.
     func send(encoded: ByteBuffer) async throws {
         try await waitUntilWritable()
         write(encoded)
@@ -349,12 +349,15 @@ private final class SocketWriter: OutboxWriter {
         return true
     }
 
-    /// On the loop: one binary message, after everything written before it.
-    private func emit(_ message: ByteBuffer) {
+    /// On the loop: one binary frame, after everything written before it.
+    /// Every buffer here is a whole WebSocket frame, header included
+    /// (``ByteBuffer/webSocketServerFrame(length:_:)``), so below the
+    /// encoder it goes out as it is.
+    private func emit(_ frame: ByteBuffer) {
         if let context = belowEncoder.value {
-            context.write(NIOAny(ByteBuffer.webSocketServerFrame(message)), promise: nil)
+            context.write(NIOAny(frame), promise: nil)
         } else {
-            channel.write(WebSocketFrame(fin: true, opcode: .binary, data: message), promise: nil)
+            channel.write(WebSocketFrame(fin: true, opcode: .binary, data: frame.webSocketServerMessage), promise: nil)
         }
     }
 

@@ -1,13 +1,19 @@
 import NIOCore
+import RallyWire
 
 extension ByteBuffer {
     /// A final, unmasked binary WebSocket frame holding `message` (RFC 6455
     /// 5.2), as a server sends it: the header and the message in one buffer,
     /// so the socket gets one write where NIO's frame encoder gives two (a
-    /// header buffer, then the message). Copying a message of a few hundred
-    /// bytes costs less than the second write through the pipeline.
+    /// header buffer, then the message). The relay's own frames are encoded
+    /// behind their header in the first place (``HotFrameEncoding``); this
+    /// frames any other message with one copy.
     static func webSocketServerFrame(_ message: ByteBuffer) -> ByteBuffer {
-        let length = message.readableBytes
+        webSocketServerFrame(length: message.readableBytes) { $0.writeImmutableBuffer(message) }
+    }
+
+    /// A frame whose message `write` writes: exactly `length` bytes.
+    static func webSocketServerFrame(length: Int, _ write: (inout ByteBuffer) -> Void) -> ByteBuffer {
         var frame = ByteBufferAllocator().buffer(capacity: webSocketHeaderBytes(length) + length)
         frame.writeInteger(UInt8(0x82))  // FIN, binary
         switch length {
@@ -20,8 +26,16 @@ extension ByteBuffer {
             frame.writeInteger(UInt8(127))
             frame.writeInteger(UInt64(length))
         }
-        frame.writeImmutableBuffer(message)
+        let start = frame.writerIndex
+        write(&frame)
+        assert(frame.writerIndex - start == length, "a server frame's message is not the length its header says")
         return frame
+    }
+
+    /// A server frame as a WebSocket frame, encoded by SwiftProtobuf.
+    static func webSocketServerFrame(encoding frame: WireServerFrame) -> ByteBuffer {
+        let message = FrameCodec.encode(frame)
+        return webSocketServerFrame(length: message.count) { $0.writeBytes(message) }
     }
 
     /// The header of an unmasked frame of `length` bytes: 2, 4 or 10 bytes.
@@ -31,5 +45,19 @@ extension ByteBuffer {
         case ..<65_536: 4
         default: 10
         }
+    }
+
+    /// The message of a frame ``webSocketServerFrame(length:_:)`` made,
+    /// sharing its bytes: for a channel that frames messages itself (a
+    /// test's embedded channel, or a socket before its upgrade completed).
+    var webSocketServerMessage: ByteBuffer {
+        let second = getInteger(at: readerIndex + 1, as: UInt8.self) ?? 0
+        let headerBytes =
+            switch second & 0x7F {
+            case 127: 10
+            case 126: 4
+            default: 2
+            }
+        return getSlice(at: readerIndex + headerBytes, length: readableBytes - headerBytes) ?? ByteBuffer()
     }
 }
