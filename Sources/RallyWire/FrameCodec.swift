@@ -5,7 +5,10 @@ import SwiftProtobuf
 /// checked before any parsing and every failure mapped to a typed error.
 public enum FrameCodec {
     public static func decodeClientFrame(_ bytes: Data) throws(FrameDecodingError) -> WireClientFrame {
-        try decode(WireClientFrame.self, from: bytes, limit: WireLimits.maxFrameBytes)
+        // A publish in its usual shape is read by hand; everything else,
+        // and whatever that path does not take, by SwiftProtobuf.
+        if bytes.count <= WireLimits.maxFrameBytes, let frame = PublishFrameDecoding.decode(bytes) { return frame }
+        return try decode(WireClientFrame.self, from: bytes, limit: WireLimits.maxFrameBytes)
     }
 
     public static func decodeServerFrame(_ bytes: Data) throws(FrameDecodingError) -> WireServerFrame {

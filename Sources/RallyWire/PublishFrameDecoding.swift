@@ -1,0 +1,163 @@
+import Foundation
+
+/// The relay's most frequent client frame, a `ClientFrame` holding a
+/// `Publish`, decoded by hand from the shape every encoder writes: each
+/// field once, in field-number order, with its declared wire type and no
+/// unknown fields. The payload is a slice of the frame's `Data`, not a copy
+/// as SwiftProtobuf made. The small fields (idempotency key, access keys,
+/// signature) are copied, as before: caches and the store's index keep
+/// them for long, and a slice would keep the whole frame with them.
+///
+/// Anything else, including every malformed frame, is left to SwiftProtobuf
+/// (`nil` here), which decodes it or says why not; so what this accepts it
+/// decodes to exactly SwiftProtobuf's value. `PublishFrameDecodingTests`
+/// holds it to that for random, mutated and hostile frames.
+enum PublishFrameDecoding {
+    private static let requestIDTag: UInt64 = 1 << 3 | 0
+    private static let publishTag: UInt64 = 11 << 3 | 2
+
+    static func decode(_ bytes: Data) -> WireClientFrame? {
+        bytes.withUnsafeBytes { raw -> WireClientFrame? in
+            var reader = Reader(raw)
+            var frame = WireClientFrame()
+            var tag = reader.varint()
+            if tag == requestIDTag {
+                guard let requestID = reader.varint() else { return nil }
+                frame.requestID = requestID
+                tag = reader.varint()
+            }
+            guard tag == publishTag, let range = reader.lengthDelimited(), reader.isAtEnd else { return nil }
+            guard let publish = Self.publish(raw, range, in: bytes) else { return nil }
+            frame.body = .publish(publish)
+            return frame
+        }
+    }
+
+    /// `Publish`'s fields, each at most once and in order.
+    private static func publish(_ raw: UnsafeRawBufferPointer, _ range: Range<Int>, in bytes: Data) -> WirePublish? {
+        var reader = Reader(raw, range)
+        var publish = WirePublish()
+        var lastField: UInt64 = 0
+        while !reader.isAtEnd {
+            guard let tag = reader.varint() else { return nil }
+            let field = tag >> 3
+            guard field > lastField else { return nil }
+            lastField = field
+            switch (field, tag & 7) {
+            case (1, 2):
+                guard let value = reader.lengthDelimited(),
+                    let topic = utf8(UnsafeRawBufferPointer(rebasing: raw[value]))
+                else { return nil }
+                publish.topic = topic
+            case (2, 2):
+                guard let value = reader.lengthDelimited() else { return nil }
+                publish.payload = slice(value, of: bytes)
+            case (3, 2):
+                guard let value = reader.lengthDelimited() else { return nil }
+                publish.idempotencyKey = copy(raw, value)
+            case (4, 0):
+                guard let value = reader.varint() else { return nil }
+                publish.shouldPush = value != 0
+            case (5, 0):
+                guard let value = reader.varint() else { return nil }
+                publish.expiresAtMs = Int64(bitPattern: value)
+            case (6, 2):
+                guard let value = reader.lengthDelimited(), let proof = topicProof(raw, value) else {
+                    return nil
+                }
+                publish.proof = proof
+            case (7, 0):
+                guard let value = reader.varint() else { return nil }
+                publish.control = value != 0
+            case (8, 0):
+                guard let value = reader.varint() else { return nil }
+                publish.expectedControlSeq = value
+            case (9, 2):
+                guard let value = reader.lengthDelimited() else { return nil }
+                publish.rotateAccessKey = copy(raw, value)
+            default:
+                return nil
+            }
+        }
+        return publish
+    }
+
+    private static func topicProof(_ raw: UnsafeRawBufferPointer, _ range: Range<Int>) -> WireTopicProof? {
+        var reader = Reader(raw, range)
+        var proof = WireTopicProof()
+        var lastField: UInt64 = 0
+        while !reader.isAtEnd {
+            guard let tag = reader.varint() else { return nil }
+            let field = tag >> 3
+            guard field > lastField, tag & 7 == 2, let value = reader.lengthDelimited() else { return nil }
+            lastField = field
+            switch field {
+            case 1: proof.accessKey = copy(raw, value)
+            case 2: proof.signature = copy(raw, value)
+            default: return nil
+            }
+        }
+        return proof
+    }
+
+    /// The string, if the bytes are valid UTF-8 (SwiftProtobuf refuses
+    /// the frame otherwise): decoding repairs what is not, so a string whose
+    /// bytes differ from the input was not.
+    private static func utf8(_ bytes: UnsafeRawBufferPointer) -> String? {
+        let string = String(decoding: bytes.bindMemory(to: UInt8.self), as: UTF8.self)
+        return string.utf8.elementsEqual(bytes) ? string : nil
+    }
+
+    /// The bytes at `range` in a `Data` of their own.
+    private static func copy(_ raw: UnsafeRawBufferPointer, _ range: Range<Int>) -> Data {
+        range.isEmpty ? Data() : Data(UnsafeRawBufferPointer(rebasing: raw[range]))
+    }
+
+    /// The bytes at `range` (offsets from the frame's first byte), sharing
+    /// the frame's storage; an empty field is the default, as SwiftProtobuf
+    /// leaves it.
+    private static func slice(_ range: Range<Int>, of bytes: Data) -> Data {
+        guard !range.isEmpty else { return Data() }
+        return bytes[(bytes.startIndex + range.lowerBound)..<(bytes.startIndex + range.upperBound)]
+    }
+
+    /// Reads varints and lengths within `end`, never past it.
+    private struct Reader {
+        let raw: UnsafeRawBufferPointer
+        var position: Int
+        let end: Int
+
+        init(_ raw: UnsafeRawBufferPointer, _ range: Range<Int>? = nil) {
+            self.raw = raw
+            position = range?.lowerBound ?? 0
+            end = range?.upperBound ?? raw.count
+        }
+
+        var isAtEnd: Bool { position == end }
+
+        /// At most ten bytes, the tenth at most 1 (64 bits); anything longer
+        /// or cut short is nil.
+        mutating func varint() -> UInt64? {
+            var value: UInt64 = 0
+            var shift: UInt64 = 0
+            while position < end, shift < 64 {
+                let byte = raw[position]
+                position += 1
+                if shift == 63, byte > 1 { return nil }
+                value |= UInt64(byte & 0x7F) << shift
+                if byte & 0x80 == 0 { return value }
+                shift += 7
+            }
+            return nil
+        }
+
+        /// A length and the range of that many bytes after it, all within
+        /// `end`.
+        mutating func lengthDelimited() -> Range<Int>? {
+            guard let length = varint(), length <= UInt64(end - position) else { return nil }
+            let start = position
+            position += Int(length)
+            return start..<position
+        }
+    }
+}
