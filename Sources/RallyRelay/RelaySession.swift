@@ -330,12 +330,15 @@ actor RelaySession {
         }
         try services.checkPublishRate(cached ?? rateBuckets(identity: identity), topic: request.topic)
         let services = services
+        // The topic alone: a closure holding the request would copy every
+        // field of it once more per publish.
+        let topicName = request.topic
         services.writer.submit(request, on: loop) { result in
             switch result {
             case .success(let appended):
                 answer(.stored(appended, requestID: requestID))
             case .failure(var failure):
-                failure.topic = request.topic
+                failure.topic = topicName
                 answer(.refused(services.errorFrame(failure, requestID: requestID)))
             }
         }

@@ -317,15 +317,11 @@ struct EnvelopeIndex: Sendable {
     /// A synced batch, whose record starts at `recordOffset` of `segment`.
     mutating func apply(_ pending: Pending, segment: UInt32, recordOffset: Int) {
         for (name, delta) in pending.topics {
-            var placed = delta
-            for index in placed.entries.indices {
-                placed.entries[index].location.segment = segment
-                placed.entries[index].location.offset += UInt32(recordOffset)
-                count(placed.entries[index], 1)
-            }
+            live[segment, default: SegmentUse()].entries += delta.entries.count
+            live[segment, default: SegmentUse()].bytes += delta.entries.reduce(0) { $0 + Int($1.location.size) }
             changedHeads.insert(name)
-            if !placed.accessKeys.isEmpty { changedKeys.insert(name) }
-            topics[name, default: Topic()].take(placed)
+            if !delta.accessKeys.isEmpty { changedKeys.insert(name) }
+            topics[name, default: Topic()].take(delta, segment: segment, recordOffset: UInt32(recordOffset))
         }
     }
 
@@ -406,9 +402,15 @@ extension EnvelopeIndex.Topic {
 
     /// A synced batch's changes, in one access to the topic: its arrays and
     /// dictionaries stay unique, so nothing is copied.
-    fileprivate mutating func take(_ delta: EnvelopeIndex.Pending.Delta) {
+    /// The entries are placed (their segment and offset) as they are
+    /// appended, not in a copy of the batch's array first.
+    fileprivate mutating func take(_ delta: EnvelopeIndex.Pending.Delta, segment: UInt32, recordOffset: UInt32) {
         head = delta.head
-        entries.append(contentsOf: delta.entries)
+        for var entry in delta.entries {
+            entry.location.segment = segment
+            entry.location.offset += recordOffset
+            entries.append(entry)
+        }
         // A batch brings a key or two per topic: inserted one by one, not
         // merged, which costs more than the insertions for so few.
         for (key, seq) in delta.keys { keys[key] = seq }
