@@ -104,8 +104,12 @@ enum PublishFrameDecoding {
     /// the frame otherwise): decoding repairs what is not, so a string whose
     /// bytes differ from the input was not.
     private static func utf8(_ bytes: UnsafeRawBufferPointer) -> String? {
-        let string = String(decoding: bytes.bindMemory(to: UInt8.self), as: UTF8.self)
-        return string.utf8.elementsEqual(bytes) ? string : nil
+        var string = String(decoding: bytes.assumingMemoryBound(to: UInt8.self), as: UTF8.self)
+        let unchanged = string.withUTF8 { decoded in
+            decoded.count == bytes.count
+                && (bytes.isEmpty || memcmp(decoded.baseAddress!, bytes.baseAddress!, bytes.count) == 0)
+        }
+        return unchanged ? string : nil
     }
 
     /// The bytes at `range` in a `Data` of their own.
