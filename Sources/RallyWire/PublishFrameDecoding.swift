@@ -2,11 +2,12 @@ import Foundation
 
 /// The relay's most frequent client frame, a `ClientFrame` holding a
 /// `Publish`, decoded by hand from the shape every encoder writes: each
-/// field once, in field-number order, with its declared wire type and no
-/// unknown fields. The payload is a slice of the frame's `Data`, not a copy
-/// as SwiftProtobuf made. The small fields (idempotency key, access keys,
-/// signature) are copied, as before: caches and the store's index keep
-/// them for long, and a slice would keep the whole frame with them.
+/// field once, in field-number order, with its declared wire type, its tag
+/// in one byte (every field number here is below 16) and no unknown fields.
+/// The payload is a slice of the frame's `Data`, not a copy as SwiftProtobuf
+/// made. The small fields (idempotency key, access keys, signature) are
+/// copied, as before: caches and the store's index keep them for long, and a
+/// slice would keep the whole frame with them.
 ///
 /// Anything else, including every malformed frame, is left to SwiftProtobuf
 /// (`nil` here), which decodes it or says why not; so what this accepts it
@@ -20,11 +21,11 @@ enum PublishFrameDecoding {
         bytes.withUnsafeBytes { raw -> WireClientFrame? in
             var reader = Reader(raw)
             var frame = WireClientFrame()
-            var tag = reader.varint()
+            var tag = reader.tag()
             if tag == requestIDTag {
                 guard let requestID = reader.varint() else { return nil }
                 frame.requestID = requestID
-                tag = reader.varint()
+                tag = reader.tag()
             }
             guard tag == publishTag, let range = reader.lengthDelimited(), reader.isAtEnd else { return nil }
             guard let publish = Self.publish(raw, range, in: bytes) else { return nil }
@@ -39,7 +40,7 @@ enum PublishFrameDecoding {
         var publish = WirePublish()
         var lastField: UInt64 = 0
         while !reader.isAtEnd {
-            guard let tag = reader.varint() else { return nil }
+            guard let tag = reader.tag() else { return nil }
             let field = tag >> 3
             guard field > lastField else { return nil }
             lastField = field
@@ -87,7 +88,7 @@ enum PublishFrameDecoding {
         var proof = WireTopicProof()
         var lastField: UInt64 = 0
         while !reader.isAtEnd {
-            guard let tag = reader.varint() else { return nil }
+            guard let tag = reader.tag() else { return nil }
             let field = tag >> 3
             guard field > lastField, tag & 7 == 2, let value = reader.lengthDelimited() else { return nil }
             lastField = field
@@ -138,6 +139,15 @@ enum PublishFrameDecoding {
         }
 
         var isAtEnd: Bool { position == end }
+
+        /// A field's tag, in the one byte every tag of these messages takes.
+        /// A tag padded to more (which SwiftProtobuf reads up to five bytes
+        /// of) is nil.
+        mutating func tag() -> UInt64? {
+            guard position < end, raw[position] < 0x80 else { return nil }
+            position += 1
+            return UInt64(raw[position - 1])
+        }
 
         /// At most ten bytes, the tenth at most 1 (64 bits); anything longer
         /// or cut short is nil.

@@ -166,6 +166,9 @@ struct PublishFrameDecodingTests {
                     + ProtoBytes.bytesField(6, ProtoBytes.bytesField(2, Data([2])))
             ),
             ("an overlong but valid varint", ProtoBytes.tag(field: 4, wireType: 0) + Data([0x81, 0x80, 0x80, 0x00])),
+            // SwiftProtobuf reads a tag of up to five bytes; the hand path
+            // takes one-byte tags only.
+            ("a tag padded to two bytes", Data([0x8A, 0x00]) + ProtoBytes.varint(7) + Data("group/a".utf8)),
             // SwiftProtobuf drops the bits past 64; the hand path leaves it.
             (
                 "a ten-byte varint past 64 bits",
@@ -189,6 +192,14 @@ struct PublishFrameDecodingTests {
                 ProtoBytes.tag(field: 8, wireType: 0) + Data(repeating: 0xFF, count: 10) + Data([1])
             ),
             ("a cut-off varint", ProtoBytes.tag(field: 8, wireType: 0) + Data([0xFF, 0xFF])),
+            (
+                "a topic tag padded to six bytes",
+                Data([0x8A, 0x80, 0x80, 0x80, 0x80, 0x00]) + ProtoBytes.varint(7) + Data("group/a".utf8)
+            ),
+            (
+                "a proof field's tag padded to six bytes",
+                ProtoBytes.bytesField(6, Data([0x8A, 0x80, 0x80, 0x80, 0x80, 0x00]) + ProtoBytes.varint(1) + Data([1]))
+            ),
             ("a topic that is not UTF-8", ProtoBytes.bytesField(1, Data([0x67, 0xC3, 0x28]))),
             (
                 "a proof whose length lies",
@@ -199,6 +210,13 @@ struct PublishFrameDecodingTests {
         let bytes = Self.frame(shape.1)
         #expect(PublishFrameDecoding.decode(bytes) == nil, "\(shape.0)")
         #expect(throws: FrameDecodingError.self, "\(shape.0)") { try FrameCodec.decodeClientFrame(bytes) }
+    }
+
+    @Test("a client frame whose request id tag is padded to six bytes is refused, not read by hand")
+    func paddedTopLevelTag() {
+        let bytes = Data([0x88, 0x80, 0x80, 0x80, 0x80, 0x00, 0x01, 0x5A, 0x00])
+        #expect(PublishFrameDecoding.decode(bytes) == nil)
+        #expect(throws: FrameDecodingError.self) { try FrameCodec.decodeClientFrame(bytes) }
     }
 
     @Test("bytes after the publish, an empty frame and an oversized one are never taken by hand")
