@@ -14,21 +14,21 @@ import Foundation
 /// decodes to exactly SwiftProtobuf's value. `PublishFrameDecodingTests`
 /// holds it to that for random, mutated and hostile frames.
 enum PublishFrameDecoding {
-    private static let requestIDTag: UInt64 = 1 << 3 | 0
-    private static let publishTag: UInt64 = 11 << 3 | 2
-
     static func decode(_ bytes: Data) -> WireClientFrame? {
         bytes.withUnsafeBytes { raw -> WireClientFrame? in
             var reader = Reader(raw)
             var frame = WireClientFrame()
-            var tag = reader.tag()
-            if tag == requestIDTag {
-                guard let requestID = reader.varint() else { return nil }
+            // An optional request id (field 1, a varint), then the publish
+            // (field 11, length-delimited) and nothing after it.
+            guard var field = reader.nextField() else { return nil }
+            if field == (1, 0) {
+                guard let requestID = reader.varint(), let next = reader.nextField() else { return nil }
                 frame.requestID = requestID
-                tag = reader.tag()
+                field = next
             }
-            guard tag == publishTag, let range = reader.lengthDelimited(), reader.isAtEnd else { return nil }
-            guard let publish = Self.publish(raw, range, in: bytes) else { return nil }
+            guard field == (11, 2), let range = reader.lengthDelimited(), reader.isAtEnd,
+                let publish = Self.publish(raw, range, in: bytes)
+            else { return nil }
             frame.body = .publish(publish)
             return frame
         }
@@ -38,13 +38,9 @@ enum PublishFrameDecoding {
     private static func publish(_ raw: UnsafeRawBufferPointer, _ range: Range<Int>, in bytes: Data) -> WirePublish? {
         var reader = Reader(raw, range)
         var publish = WirePublish()
-        var lastField: UInt64 = 0
         while !reader.isAtEnd {
-            guard let tag = reader.tag() else { return nil }
-            let field = tag >> 3
-            guard field > lastField else { return nil }
-            lastField = field
-            switch (field, tag & 7) {
+            guard let field = reader.nextField() else { return nil }
+            switch (field.number, field.wireType) {
             case (1, 2):
                 guard let value = reader.lengthDelimited(),
                     let topic = utf8(UnsafeRawBufferPointer(rebasing: raw[value]))
@@ -86,13 +82,11 @@ enum PublishFrameDecoding {
     private static func topicProof(_ raw: UnsafeRawBufferPointer, _ range: Range<Int>) -> WireTopicProof? {
         var reader = Reader(raw, range)
         var proof = WireTopicProof()
-        var lastField: UInt64 = 0
         while !reader.isAtEnd {
-            guard let tag = reader.tag() else { return nil }
-            let field = tag >> 3
-            guard field > lastField, tag & 7 == 2, let value = reader.lengthDelimited() else { return nil }
-            lastField = field
-            switch field {
+            guard let field = reader.nextField(), field.wireType == 2, let value = reader.lengthDelimited() else {
+                return nil
+            }
+            switch field.number {
             case 1: proof.accessKey = copy(raw, value)
             case 2: proof.signature = copy(raw, value)
             default: return nil
@@ -140,13 +134,20 @@ enum PublishFrameDecoding {
 
         var isAtEnd: Bool { position == end }
 
-        /// A field's tag, in the one byte every tag of these messages takes.
-        /// A tag padded to more (which SwiftProtobuf reads up to five bytes
-        /// of) is nil.
-        mutating func tag() -> UInt64? {
+        /// The number of the last field read: each must come after it.
+        private var lastField: UInt64 = 0
+
+        /// The next field's number and wire type, from its tag in the one
+        /// byte every tag of these messages takes; nil for a field out of
+        /// order or given twice, and for a tag padded to more bytes (which
+        /// SwiftProtobuf reads up to five of).
+        mutating func nextField() -> (number: UInt64, wireType: UInt64)? {
             guard position < end, raw[position] < 0x80 else { return nil }
+            let tag = UInt64(raw[position])
+            guard tag >> 3 > lastField else { return nil }
             position += 1
-            return UInt64(raw[position - 1])
+            lastField = tag >> 3
+            return (tag >> 3, tag & 7)
         }
 
         /// At most ten bytes, the tenth at most 1 (64 bits); anything longer

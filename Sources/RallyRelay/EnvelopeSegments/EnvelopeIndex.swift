@@ -77,8 +77,12 @@ struct EnvelopeIndex: Sendable {
     private(set) var live: [UInt32: SegmentUse] = [:]
 
     private mutating func count(_ entry: Entry, _ sign: Int) {
-        live[entry.location.segment, default: SegmentUse()].entries += sign
-        live[entry.location.segment, default: SegmentUse()].bytes += sign * Int(entry.location.size)
+        count(entries: sign, bytes: sign * Int(entry.location.size), in: entry.location.segment)
+    }
+
+    private mutating func count(entries: Int, bytes: Int, in segment: UInt32) {
+        live[segment, default: SegmentUse()].entries += entries
+        live[segment, default: SegmentUse()].bytes += bytes
     }
 
     /// Pruned entries met while replaying: a pruned entry a compaction had
@@ -317,8 +321,9 @@ struct EnvelopeIndex: Sendable {
     /// A synced batch, whose record starts at `recordOffset` of `segment`.
     mutating func apply(_ pending: Pending, segment: UInt32, recordOffset: Int) {
         for (name, delta) in pending.topics {
-            live[segment, default: SegmentUse()].entries += delta.entries.count
-            live[segment, default: SegmentUse()].bytes += delta.entries.reduce(0) { $0 + Int($1.location.size) }
+            count(
+                entries: delta.entries.count, bytes: delta.entries.reduce(0) { $0 + Int($1.location.size) },
+                in: segment)
             changedHeads.insert(name)
             if !delta.accessKeys.isEmpty { changedKeys.insert(name) }
             topics[name, default: Topic()].take(delta, segment: segment, recordOffset: UInt32(recordOffset))

@@ -285,7 +285,7 @@ private final class SocketWriter: OutboxWriter {
 
     /// The context of the pipeline's WebSocket frame encoder, once the
     /// upgrade has put it there: a frame written on it skips the encoder,
-    /// framed here instead (``ByteBuffer/webSocketServerFrame(_:)``), so it
+    /// framed when encoded (``ByteBuffer/webSocketServerFrame(length:_:)``), so it
     /// reaches the socket as one buffer. Until then (and on a test's
     /// embedded channel) frames go through the encoder.
     private let belowEncoder: NIOLoopBoundBox<ChannelHandlerContext?>

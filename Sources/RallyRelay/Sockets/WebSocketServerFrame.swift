@@ -2,17 +2,12 @@ import NIOCore
 import RallyWire
 
 extension ByteBuffer {
-    /// A final, unmasked binary WebSocket frame holding `message` (RFC 6455
-    /// 5.2), as a server sends it: the header and the message in one buffer,
-    /// so the socket gets one write where NIO's frame encoder gives two (a
-    /// header buffer, then the message). The relay's own frames are encoded
-    /// behind their header in the first place (``HotFrameEncoding``); this
-    /// frames any other message with one copy.
-    static func webSocketServerFrame(_ message: ByteBuffer) -> ByteBuffer {
-        webSocketServerFrame(length: message.readableBytes) { $0.writeImmutableBuffer(message) }
-    }
-
-    /// A frame whose message `write` writes: exactly `length` bytes.
+    /// A final, unmasked binary WebSocket frame (RFC 6455 5.2), as a server
+    /// sends it, whose message `write` writes: exactly `length` bytes. The
+    /// header and the message share one buffer, so the socket gets one
+    /// write where NIO's frame encoder gives two (a header buffer, then the
+    /// message), and the relay's own frames are encoded behind their
+    /// header in the first place (``HotFrameEncoding``).
     static func webSocketServerFrame(length: Int, _ write: (inout ByteBuffer) -> Void) -> ByteBuffer {
         var frame = ByteBufferAllocator().buffer(capacity: webSocketHeaderBytes(length) + length)
         frame.writeInteger(UInt8(0x82))  // FIN, binary
@@ -32,7 +27,8 @@ extension ByteBuffer {
         return frame
     }
 
-    /// A server frame as a WebSocket frame, encoded by SwiftProtobuf.
+    /// A server frame as a WebSocket frame, encoded by SwiftProtobuf: any
+    /// frame but the ack and the live envelope.
     static func webSocketServerFrame(encoding frame: WireServerFrame) -> ByteBuffer {
         let message = FrameCodec.encode(frame)
         return webSocketServerFrame(length: message.count) { $0.writeBytes(message) }
