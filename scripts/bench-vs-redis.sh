@@ -2,7 +2,7 @@
 # Side-by-side benchmark: Rally's relay against durable Redis on the same
 # machine, in one run, printed as one table.
 #
-#   scripts/bench-vs-redis.sh [--clients 1,10,100] [--messages 300] [--payload 256] [--no-postgres]
+#   scripts/bench-vs-redis.sh [--clients 1,10,100] [--messages 300] [--payload 256] [--no-postgres] [--cpus LIST]
 #
 # Rally:  `rally-bench relay` (a relay in its own process, its embedded store:
 #         envelope segments, one fdatasync per batch). Each of N clients publishes M messages of P bytes;
@@ -25,6 +25,14 @@
 #         and pipelining 1 (one request in flight per connection, like Rally's
 #         publishers). Latency is request -> reply; nothing reads the stream.
 #
+# --cpus LIST runs both sides on the same CPUs (`taskset -c LIST` around
+# redis-server, redis-benchmark, rally-bench and the relays it starts). On a
+# small virtual machine one client's latency depends mostly on which CPU the
+# fsyncing thread runs on: the one that takes the disk's completion
+# interrupts, or another that each completion must wake with an
+# inter-processor interrupt (ADR 0036). Unpinned, the scheduler decides that
+# per run and per side; pinned, both sides get the same CPU.
+#
 # Both data directories live under ${TMPDIR:-/tmp}, so both sides fsync to
 # the same filesystem. The rally-bench binary is RALLY_BENCH (default
 # .build/release/rally-bench); this script never builds it. redis-server,
@@ -43,6 +51,7 @@ clients=1,10,100
 messages=300
 payload=256
 with_postgres=1
+cpus=""
 
 die() {
   echo "$me: $*" >&2
@@ -58,24 +67,27 @@ usage: $me [--clients 1,10,100] [--messages 300] [--payload 256]
               clients*messages XADDs in total for each client count
   --payload   payload bytes per message (default 256; rally-bench needs >= 16)
   --no-postgres  leave out Rally on PostgreSQL (1 and 3 nodes)
+  --cpus      run both sides on these CPUs only (taskset -c LIST, e.g. 0 or 0,1)
 env: RALLY_BENCH  path to rally-bench (default .build/release/rally-bench)
 EOF
 }
 
 while [ $# -gt 0 ]; do
   case "$1" in
-    --clients | --messages | --payload)
+    --clients | --messages | --payload | --cpus)
       [ $# -ge 2 ] || die "$1 needs a value"
       case "$1" in
         --clients) clients=$2 ;;
         --messages) messages=$2 ;;
         --payload) payload=$2 ;;
+        --cpus) cpus=$2 ;;
       esac
       shift 2
       ;;
     --clients=*) clients=${1#*=} && shift ;;
     --messages=*) messages=${1#*=} && shift ;;
     --payload=*) payload=${1#*=} && shift ;;
+    --cpus=*) cpus=${1#*=} && shift ;;
     --no-postgres) with_postgres=0 && shift ;;
     -h | --help) usage && exit 0 ;;
     *) usage >&2 && die "unknown argument: $1" ;;
@@ -97,6 +109,15 @@ for count in "${counts[@]}"; do
 done
 
 # --- prerequisites -----------------------------------------------------------
+
+# What every process of either side runs under: nothing, or taskset.
+pinned=()
+if [ -n "$cpus" ]; then
+  [[ $cpus =~ ^[0-9]+([,-][0-9]+)*$ ]] || die "--cpus takes a CPU list such as 0 or 0,1 or 0-3, got '$cpus'"
+  command -v taskset >/dev/null 2>&1 || die "--cpus needs taskset (Debian: util-linux)"
+  taskset -c "$cpus" true 2>/dev/null || die "--cpus $cpus: taskset cannot run on these CPUs (this machine has $(nproc))"
+  pinned=(taskset -c "$cpus")
+fi
 
 if [ ! -x "$rally_bench" ]; then
   die "rally-bench not found at $rally_bench: run \`swift build -c release --product rally-bench\` first (or set RALLY_BENCH)"
@@ -188,7 +209,7 @@ start_redis() {
   for attempt in $(seq 20); do
     port=$((20000 + RANDOM % 40000))
     : >"$workdir/redis.log"
-    redis-server --bind 127.0.0.1 --port "$port" --dir "$workdir" \
+    "${pinned[@]}" redis-server --bind 127.0.0.1 --port "$port" --dir "$workdir" \
       --appendonly yes --appendfsync always --save '' \
       --daemonize no --logfile "$workdir/redis.log" &
     redis_pid=$!
@@ -231,7 +252,7 @@ note "redis-server $redis_version: pid $redis_pid on 127.0.0.1:$redis_port, dir 
 rally_run() {
   local out rows
   note "running: $rally_bench relay --clients $clients --messages $messages --payload $payload $*"
-  out=$("$rally_bench" relay --clients "$clients" --messages "$messages" --payload "$payload" "$@") ||
+  out=$("${pinned[@]}" "$rally_bench" relay --clients "$clients" --messages "$messages" --payload "$payload" "$@") ||
     die "rally-bench relay $* failed (exit $?)"
   sed 's/^/  rally-bench | /' <<<"$out" >&2
   # Rows under the header "clients  messages  seconds  deliveries/s  p50 ms  p99 ms  max ms
@@ -276,7 +297,7 @@ redis_run() {
   [ "$(server_pid_on "$redis_port")" = "$redis_pid" ] ||
     die "our redis-server (pid $redis_pid) is not answering on port $redis_port (redis-benchmark would hang)"
   csv=$(printf '%*s' "$payload" '' | tr ' ' x |
-    redis-benchmark -h 127.0.0.1 -p "$redis_port" -c "$connections" -n "$total" -P 1 --csv -x \
+    "${pinned[@]}" redis-benchmark -h 127.0.0.1 -p "$redis_port" -c "$connections" -n "$total" -P 1 --csv -x \
       XADD "$key" '*' f) || die "redis-benchmark failed for $connections clients (exit $?)"
   sed 's/^/  redis-benchmark | /' <<<"$csv" >&2
   row=$(awk -F, '
@@ -312,7 +333,7 @@ stop_redis
 
 echo
 echo "Rally relay vs durable Redis $redis_version on this machine ($(nproc 2>/dev/null || echo '?') cores):" \
-  "--clients $clients, $messages messages per client, $payload-byte payloads"
+  "--clients $clients, $messages messages per client, $payload-byte payloads${cpus:+, both sides on CPUs $cpus}"
 format='%7s | %11s | %12s | %12s | %12s | %12s | %12s | %12s | %11s\n'
 # shellcheck disable=SC2059  # the format is the constant above
 printf "$format" clients "Rally msg/s" "Rally p50 ms" "Rally p99 ms" "Rally ack p50" "Redis XADD/s" "Redis p50 ms" \
