@@ -88,6 +88,29 @@ struct HotFrameEncodingTests {
         }
     }
 
+    @Test("a topic beyond ASCII and a payload sliced out of a larger buffer are written as SwiftProtobuf writes them")
+    func nonASCIITopicAndSlicedPayload() {
+        // The hand-read publish hands its payload over as a slice of the
+        // client's frame, whose indices do not start at zero.
+        let whole = Data((0..<400).map { UInt8(truncatingIfNeeded: $0 &* 7) })
+        var envelope = WireEnvelope()
+        envelope.topic = "grüße/ü€😀"
+        envelope.seq = 300
+        envelope.payload = whole[37..<301]
+        var frame = WireServerFrame()
+        frame.envelope = envelope
+        #expect(envelope.payload.startIndex == 37)
+        #expect(Self.bytes(HotFrameEncoding.envelope(envelope)) == Array(FrameCodec.encode(frame)))
+
+        var ack = WireServerFrame()
+        ack.requestID = 9
+        ack.publishAck.topic = envelope.topic
+        ack.publishAck.seq = 300
+        let hand = HotFrameEncoding.publishAck(
+            requestID: 9, topic: envelope.topic, seq: 300, serverTimeMs: 0, duplicate: false)
+        #expect(Self.bytes(hand) == Array(FrameCodec.encode(ack)))
+    }
+
     @Test("varint sizes at every boundary of seven bits")
     func varintSizes() {
         #expect(HotFrameEncoding.varintSize(0) == 1)

@@ -34,6 +34,32 @@ struct WebSocketServerFrameTests {
         #expect(frame.webSocketServerMessage == message)
     }
 
+    @Test(
+        "a frame written byte by byte into its reservation has the same header as one written through the buffer",
+        arguments: [0, 125, 126, 65_535, 65_536])
+    func reservedFramesMatch(length: Int) {
+        let message = (0..<length).map { UInt8(truncatingIfNeeded: $0 &* 13) }
+        let throughBuffer = ByteBuffer.webSocketServerFrame(length: length) { $0.writeBytes(message) }
+        let reserved = ByteBuffer.webSocketServerFrame(
+            length: length,
+            bytes: { writer in
+                message.withUnsafeBytes { writer.bytes($0) }
+            })
+        #expect(reserved == throughBuffer)
+        #expect(reserved.readableBytes == ByteBuffer.webSocketHeaderBytes(length) + length)
+    }
+
+    @Test("a frame that writes more than its header says stops the process instead of sending a corrupt frame")
+    func overlongFrameTraps() async {
+        await #expect(processExitsWith: .failure) {
+            _ = ByteBuffer.webSocketServerFrame(
+                length: 2,
+                bytes: { writer in
+                    for byte: UInt8 in [1, 2, 3] { writer.byte(byte) }
+                })
+        }
+    }
+
     @Test("the message of a frame read past its first bytes is found from where the frame starts to be read")
     func messageOfAFrameReadPastItsStart() throws {
         var buffer = ByteBuffer(bytes: [9, 9])

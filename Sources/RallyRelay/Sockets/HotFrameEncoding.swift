@@ -25,10 +25,10 @@ enum HotFrameEncoding {
             bytesFieldSize(topic.utf8.count) + varintFieldSize(seq) + varintFieldSize(serverTime)
             + varintFieldSize(duplicate ? 1 : 0)
         return frame(requestID: requestID, body: 12, bodyBytes: body) { frame in
-            frame.writeBytesField(1, topic.utf8)
-            frame.writeVarintField(2, seq)
-            frame.writeVarintField(3, serverTime)
-            frame.writeVarintField(4, duplicate ? 1 : 0)
+            frame.bytesField(1, topic)
+            frame.varintField(2, seq)
+            frame.varintField(3, serverTime)
+            frame.varintField(4, duplicate ? 1 : 0)
         }
     }
 
@@ -42,13 +42,13 @@ enum HotFrameEncoding {
             + bytesFieldSize(envelope.payload.count) + varintFieldSize(envelope.shouldPush ? 1 : 0)
             + varintFieldSize(expiresAt) + varintFieldSize(envelope.control ? 1 : 0)
         return frame(requestID: 0, body: 14, bodyBytes: body) { frame in
-            frame.writeBytesField(1, envelope.topic.utf8)
-            frame.writeVarintField(2, envelope.seq)
-            frame.writeVarintField(3, serverTime)
-            frame.writeBytesField(4, envelope.payload)
-            frame.writeVarintField(5, envelope.shouldPush ? 1 : 0)
-            frame.writeVarintField(6, expiresAt)
-            frame.writeVarintField(7, envelope.control ? 1 : 0)
+            frame.bytesField(1, envelope.topic)
+            frame.varintField(2, envelope.seq)
+            frame.varintField(3, serverTime)
+            frame.bytesField(4, envelope.payload)
+            frame.varintField(5, envelope.shouldPush ? 1 : 0)
+            frame.varintField(6, expiresAt)
+            frame.varintField(7, envelope.control ? 1 : 0)
         }
     }
 
@@ -56,15 +56,17 @@ enum HotFrameEncoding {
     /// request id and the body's tag and length; `body` writes the rest. A
     /// body is written even when empty: the oneof says which it is.
     private static func frame(
-        requestID: UInt64, body number: UInt8, bodyBytes: Int, _ body: (inout ByteBuffer) -> Void
+        requestID: UInt64, body number: UInt8, bodyBytes: Int, _ body: (inout FrameBytesWriter) -> Void
     ) -> ByteBuffer {
         let length = varintFieldSize(requestID) + 1 + varintSize(UInt64(bodyBytes)) + bodyBytes
-        return ByteBuffer.webSocketServerFrame(length: length) { frame in
-            frame.writeVarintField(1, requestID)
-            frame.writeInteger(number << 3 | 2)
-            frame.writeVarint(UInt64(bodyBytes))
-            body(&frame)
-        }
+        return ByteBuffer.webSocketServerFrame(
+            length: length,
+            bytes: { frame in
+                frame.varintField(1, requestID)
+                frame.byte(number << 3 | 2)
+                frame.varint(UInt64(bodyBytes))
+                body(&frame)
+            })
     }
 
     /// A varint field's bytes: none for 0 (a bool is a varint of 1).
@@ -78,29 +80,5 @@ enum HotFrameEncoding {
     static func varintSize(_ value: UInt64) -> Int {
         // One byte per started group of seven bits; zero takes one.
         max(1, (64 - value.leadingZeroBitCount + 6) / 7)
-    }
-}
-
-extension ByteBuffer {
-    fileprivate mutating func writeVarintField(_ number: UInt8, _ value: UInt64) {
-        guard value != 0 else { return }
-        writeInteger(number << 3 | 0)
-        writeVarint(value)
-    }
-
-    fileprivate mutating func writeBytesField(_ number: UInt8, _ bytes: some Collection<UInt8>) {
-        guard !bytes.isEmpty else { return }
-        writeInteger(number << 3 | 2)
-        writeVarint(UInt64(bytes.count))
-        writeBytes(bytes)
-    }
-
-    fileprivate mutating func writeVarint(_ value: UInt64) {
-        var value = value
-        while value >= 0x80 {
-            writeInteger(UInt8(truncatingIfNeeded: value) | 0x80)
-            value >>= 7
-        }
-        writeInteger(UInt8(value))
     }
 }

@@ -9,21 +9,32 @@ extension ByteBuffer {
     /// message), and the relay's own frames are encoded behind their
     /// header in the first place (``HotFrameEncoding``).
     static func webSocketServerFrame(length: Int, _ write: (inout ByteBuffer) -> Void) -> ByteBuffer {
-        var frame = ByteBufferAllocator().buffer(capacity: webSocketHeaderBytes(length) + length)
-        frame.writeInteger(UInt8(0x82))  // FIN, binary
-        switch length {
-        case ..<126:
-            frame.writeInteger(UInt8(length))
-        case ..<65_536:
-            frame.writeInteger(UInt8(126))
-            frame.writeInteger(UInt16(length))
-        default:
-            frame.writeInteger(UInt8(127))
-            frame.writeInteger(UInt64(length))
+        let headerBytes = webSocketHeaderBytes(length)
+        var frame = ByteBufferAllocator().buffer(capacity: headerBytes + length)
+        frame.writeWithUnsafeMutableBytes(minimumWritableBytes: headerBytes) { memory in
+            var header = FrameBytesWriter(UnsafeMutableRawBufferPointer(rebasing: memory[..<headerBytes]))
+            header.webSocketServerHeader(length: length)
+            return header.count
         }
         let start = frame.writerIndex
         write(&frame)
         assert(frame.writerIndex - start == length, "a server frame's message is not the length its header says")
+        return frame
+    }
+
+    /// The same frame, header and message written through one
+    /// ``FrameBytesWriter`` into memory reserved for exactly the frame: for
+    /// the frames the relay writes once per publish (``HotFrameEncoding``).
+    static func webSocketServerFrame(length: Int, bytes write: (inout FrameBytesWriter) -> Void) -> ByteBuffer {
+        let total = webSocketHeaderBytes(length) + length
+        var frame = ByteBufferAllocator().buffer(capacity: total)
+        frame.writeWithUnsafeMutableBytes(minimumWritableBytes: total) { memory in
+            var writer = FrameBytesWriter(UnsafeMutableRawBufferPointer(rebasing: memory[..<total]))
+            writer.webSocketServerHeader(length: length)
+            write(&writer)
+            precondition(writer.count == total, "a server frame's message is not the length its header says")
+            return total
+        }
         return frame
     }
 
