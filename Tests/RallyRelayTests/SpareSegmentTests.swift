@@ -142,4 +142,61 @@ struct SpareSegmentTests {
         #expect(page.envelopes.map(\.payload) == (0..<5).map { Data((payload + "\($0)").utf8) })
         try await store.close()
     }
+
+    /// `SEEK_HOLE`, which glibc's headers show only to `_GNU_SOURCE` code,
+    /// so Swift's Glibc module lacks it.
+    #if os(Linux)
+        private static let seekHole: Int32 = 4
+    #else
+        private static let seekHole: Int32 = SEEK_HOLE
+    #endif
+
+    /// Whether this filesystem reports blocks `posix_fallocate` reserved and
+    /// nothing wrote as a hole (ext4 and XFS do; tmpfs does not): only there
+    /// can a test tell a reserved segment from one written full of zeros.
+    private static let reservedBlocksAreHoles: Bool = {
+        #if canImport(Glibc)
+            guard let directory = try? TemporaryDirectory() else { return false }
+            defer { directory.remove() }
+            let descriptor = open(directory.url.appendingPathComponent("probe").path, O_RDWR | O_CREAT, 0o600)
+            guard descriptor >= 0 else { return false }
+            defer { close(descriptor) }
+            guard posix_fallocate(descriptor, 0, 65_536) == 0, fsync(descriptor) == 0 else { return false }
+            return lseek(descriptor, 0, seekHole) == 0
+        #else
+            return false
+        #endif
+    }()
+
+    /// Where the first hole of the file at `path` starts: its size when
+    /// every block of it was written.
+    private static func firstHole(_ path: String) throws -> Int {
+        let descriptor = open(path, O_RDONLY)
+        guard descriptor >= 0 else { throw POSIXError(.ENOENT) }
+        defer { close(descriptor) }
+        return Int(lseek(descriptor, 0, seekHole))
+    }
+
+    @Test(
+        "a store that keeps spares writes its first segment full of zeros, so no record's sync turns a reserved block into a written one; one without spares only reserves it",
+        .enabled(if: reservedBlocksAreHoles, "the filesystem does not tell reserved blocks from written ones")
+    )
+    func firstSegmentIsWrittenFullOfZeros() throws {
+        for keepsSpare in [true, false] {
+            let directory = try TemporaryDirectory()
+            defer { directory.remove() }
+            let files = SegmentFiles(
+                directory: directory.url, firstSegmentBytes: 65_536, maxSegmentBytes: 65_536, keepsSpare: keepsSpare)
+            var writer = SegmentWriter(files: files, tail: try files.scanAll { _, _ in })
+            let placed = try writer.append(SegmentRecord.encode([Self.entry(1, payloadBytes: 100)]))
+            let segment = try #require(files.file(placed.segment))
+            #expect(segment.id == 0 && segment.capacity == 65_536)
+            // The record's own block is written either way; what follows it
+            // is zeros on the disk only when the segment was written whole.
+            #expect(try Self.firstHole(segment.path) == (keepsSpare ? 65_536 : 4096), "keepsSpare: \(keepsSpare)")
+            var seen: [LoggedEntry] = []
+            _ = try files.scanAll { entry, _ in seen.append(entry) }
+            #expect(seen == [Self.entry(1, payloadBytes: 100)])
+        }
+    }
 }

@@ -238,7 +238,18 @@ final class SegmentFiles: Sendable {
             file = SegmentFile(
                 id: id, path: path, descriptor: descriptor, capacity: max(plannedCapacity(of: id), bytes))
             do {
-                try Self.preallocate(file)
+                // A store that keeps spares writes every segment full of
+                // zeros (ADR 0031); the first has no spare before it, so it
+                // is written here, once in the store's life. Later segments
+                // made here, because a burst outran the spare, are only
+                // preallocated: zeroing one would hold the commit waiting
+                // for it.
+                if spare != nil, previous == nil {
+                    let failure = Self.writeZeros(to: descriptor, capacity: file.capacity)
+                    guard failure == 0 else { throw Self.posixError(failure, "write zeros to", path) }
+                } else {
+                    try Self.preallocate(file)
+                }
                 try Self.sync(file)
             } catch {
                 unlink(path)
@@ -306,6 +317,20 @@ final class SegmentFiles: Sendable {
         guard descriptor >= 0 else { throw posixError(errno, "open", directory.path) }
         defer { close(descriptor) }
         guard fsync(descriptor) == 0 else { throw posixError(errno, "sync", directory.path) }
+    }
+
+    /// Writes `capacity` zeros from the start of the file, a chunk at a
+    /// time: 0, or the `errno` of the write that failed.
+    static func writeZeros(to descriptor: Int32, capacity: Int) -> Int32 {
+        let zeros = [UInt8](repeating: 0, count: min(SpareSegment.chunkBytes, max(capacity, 1)))
+        return zeros.withUnsafeBytes { zeros in
+            for offset in stride(from: 0, to: capacity, by: zeros.count) {
+                let chunk = UnsafeRawBufferPointer(rebasing: zeros[..<min(zeros.count, capacity - offset)])
+                let failure = write(chunk, to: descriptor, at: offset)
+                if failure != 0 { return failure }
+            }
+            return 0
+        }
     }
 
     private static func preallocate(_ file: SegmentFile) throws {
@@ -424,14 +449,8 @@ final class SpareSegment: Sendable {
         // file up renames or removes it: nothing is there to replace.
         let descriptor = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
         guard descriptor >= 0 else { return nil }
-        let zeros = [UInt8](repeating: 0, count: min(Self.chunkBytes, capacity))
-        let written = zeros.withUnsafeBytes { zeros in
-            stride(from: 0, to: capacity, by: zeros.count).allSatisfy { offset in
-                let chunk = UnsafeRawBufferPointer(rebasing: zeros[..<min(zeros.count, capacity - offset)])
-                return SegmentFiles.write(chunk, to: descriptor, at: offset) == 0
-            }
-        }
-        guard written, SegmentFiles.sync(descriptor) == 0 else {
+        guard SegmentFiles.writeZeros(to: descriptor, capacity: capacity) == 0, SegmentFiles.sync(descriptor) == 0
+        else {
             close(descriptor)
             unlink(path)
             return nil
