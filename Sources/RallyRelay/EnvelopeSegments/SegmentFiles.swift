@@ -320,7 +320,10 @@ final class SegmentFiles: Sendable {
     }
 
     /// Writes `capacity` zeros from the start of the file, a chunk at a
-    /// time: 0, or the `errno` of the write that failed.
+    /// time, and syncs them: 0, or the `errno` of the write or sync that
+    /// failed. Each chunk is synced before the next is written: a commit's
+    /// `fdatasync` meanwhile then waits behind at most one chunk of zeros
+    /// on its way to the disk, not a whole segment of them (ADR 0031).
     static func writeZeros(to descriptor: Int32, capacity: Int) -> Int32 {
         let zeros = [UInt8](repeating: 0, count: min(SpareSegment.chunkBytes, max(capacity, 1)))
         return zeros.withUnsafeBytes { zeros in
@@ -328,6 +331,7 @@ final class SegmentFiles: Sendable {
                 let chunk = UnsafeRawBufferPointer(rebasing: zeros[..<min(zeros.count, capacity - offset)])
                 let failure = write(chunk, to: descriptor, at: offset)
                 if failure != 0 { return failure }
+                if sync(descriptor) != 0 { return errno }
             }
             return 0
         }
@@ -449,8 +453,7 @@ final class SpareSegment: Sendable {
         // file up renames or removes it: nothing is there to replace.
         let descriptor = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
         guard descriptor >= 0 else { return nil }
-        guard SegmentFiles.writeZeros(to: descriptor, capacity: capacity) == 0, SegmentFiles.sync(descriptor) == 0
-        else {
+        guard SegmentFiles.writeZeros(to: descriptor, capacity: capacity) == 0 else {
             close(descriptor)
             unlink(path)
             return nil
