@@ -14,19 +14,22 @@ import Foundation
 /// decodes to exactly SwiftProtobuf's value. `PublishFrameDecodingTests`
 /// holds it to that for random, mutated and hostile frames.
 enum PublishFrameDecoding {
+    private typealias Reader = ProtobufWireReader
+
     static func decode(_ bytes: Data) -> WireClientFrame? {
         bytes.withUnsafeBytes { raw -> WireClientFrame? in
             var reader = Reader(raw)
+            var last = 0
             var frame = WireClientFrame()
             // An optional request id (field 1, a varint), then the publish
             // (field 11, length-delimited) and nothing after it.
-            guard var field = reader.nextField() else { return nil }
-            if field == (1, 0) {
-                guard let requestID = reader.varint(), let next = reader.nextField() else { return nil }
+            guard var field = nextField(&reader, after: &last) else { return nil }
+            if field == (1, .varint) {
+                guard let requestID = reader.varint(), let next = nextField(&reader, after: &last) else { return nil }
                 frame.requestID = requestID
                 field = next
             }
-            guard field == (11, 2), let range = reader.lengthDelimited(), reader.isAtEnd,
+            guard field == (11, .lengthDelimited), let range = reader.lengthDelimited(), reader.isAtEnd,
                 let publish = Self.publish(raw, range, in: bytes)
             else { return nil }
             frame.body = .publish(publish)
@@ -34,42 +37,55 @@ enum PublishFrameDecoding {
         }
     }
 
+    /// The next field's tag, if it takes one byte and its number is above
+    /// `last`: each field at most once, in order. Nil for a field out of
+    /// order or given twice, and for a tag padded to more bytes (which
+    /// SwiftProtobuf reads up to five of).
+    private static func nextField(
+        _ reader: inout Reader, after last: inout Int
+    ) -> (field: Int, type: Reader.WireType)? {
+        guard let tag = reader.oneByteTag(), tag.field > last else { return nil }
+        last = tag.field
+        return tag
+    }
+
     /// `Publish`'s fields, each at most once and in order.
     private static func publish(_ raw: UnsafeRawBufferPointer, _ range: Range<Int>, in bytes: Data) -> WirePublish? {
         var reader = Reader(raw, range)
+        var last = 0
         var publish = WirePublish()
         while !reader.isAtEnd {
-            guard let field = reader.nextField() else { return nil }
-            switch (field.number, field.wireType) {
-            case (1, 2):
+            guard let field = nextField(&reader, after: &last) else { return nil }
+            switch field {
+            case (1, .lengthDelimited):
                 guard let value = reader.lengthDelimited(),
                     let topic = utf8(UnsafeRawBufferPointer(rebasing: raw[value]))
                 else { return nil }
                 publish.topic = topic
-            case (2, 2):
+            case (2, .lengthDelimited):
                 guard let value = reader.lengthDelimited() else { return nil }
                 publish.payload = slice(value, of: bytes)
-            case (3, 2):
+            case (3, .lengthDelimited):
                 guard let value = reader.lengthDelimited() else { return nil }
                 publish.idempotencyKey = copy(raw, value)
-            case (4, 0):
+            case (4, .varint):
                 guard let value = reader.varint() else { return nil }
                 publish.shouldPush = value != 0
-            case (5, 0):
+            case (5, .varint):
                 guard let value = reader.varint() else { return nil }
                 publish.expiresAtMs = Int64(bitPattern: value)
-            case (6, 2):
+            case (6, .lengthDelimited):
                 guard let value = reader.lengthDelimited(), let proof = topicProof(raw, value) else {
                     return nil
                 }
                 publish.proof = proof
-            case (7, 0):
+            case (7, .varint):
                 guard let value = reader.varint() else { return nil }
                 publish.control = value != 0
-            case (8, 0):
+            case (8, .varint):
                 guard let value = reader.varint() else { return nil }
                 publish.expectedControlSeq = value
-            case (9, 2):
+            case (9, .lengthDelimited):
                 guard let value = reader.lengthDelimited() else { return nil }
                 publish.rotateAccessKey = copy(raw, value)
             default:
@@ -81,12 +97,13 @@ enum PublishFrameDecoding {
 
     private static func topicProof(_ raw: UnsafeRawBufferPointer, _ range: Range<Int>) -> WireTopicProof? {
         var reader = Reader(raw, range)
+        var last = 0
         var proof = WireTopicProof()
         while !reader.isAtEnd {
-            guard let field = reader.nextField(), field.wireType == 2, let value = reader.lengthDelimited() else {
-                return nil
-            }
-            switch field.number {
+            guard let field = nextField(&reader, after: &last), field.type == .lengthDelimited,
+                let value = reader.lengthDelimited()
+            else { return nil }
+            switch field.field {
             case 1: proof.accessKey = copy(raw, value)
             case 2: proof.signature = copy(raw, value)
             default: return nil
@@ -118,61 +135,5 @@ enum PublishFrameDecoding {
     private static func slice(_ range: Range<Int>, of bytes: Data) -> Data {
         guard !range.isEmpty else { return Data() }
         return bytes[(bytes.startIndex + range.lowerBound)..<(bytes.startIndex + range.upperBound)]
-    }
-
-    /// Reads varints and lengths within `end`, never past it.
-    private struct Reader {
-        let raw: UnsafeRawBufferPointer
-        var position: Int
-        let end: Int
-
-        init(_ raw: UnsafeRawBufferPointer, _ range: Range<Int>? = nil) {
-            self.raw = raw
-            position = range?.lowerBound ?? 0
-            end = range?.upperBound ?? raw.count
-        }
-
-        var isAtEnd: Bool { position == end }
-
-        /// The number of the last field read: each must come after it.
-        private var lastField: UInt64 = 0
-
-        /// The next field's number and wire type, from its tag in the one
-        /// byte every tag of these messages takes; nil for a field out of
-        /// order or given twice, and for a tag padded to more bytes (which
-        /// SwiftProtobuf reads up to five of).
-        mutating func nextField() -> (number: UInt64, wireType: UInt64)? {
-            guard position < end, raw[position] < 0x80 else { return nil }
-            let tag = UInt64(raw[position])
-            guard tag >> 3 > lastField else { return nil }
-            position += 1
-            lastField = tag >> 3
-            return (tag >> 3, tag & 7)
-        }
-
-        /// At most ten bytes, the tenth at most 1 (64 bits); anything longer
-        /// or cut short is nil.
-        mutating func varint() -> UInt64? {
-            var value: UInt64 = 0
-            var shift: UInt64 = 0
-            while position < end, shift < 64 {
-                let byte = raw[position]
-                position += 1
-                if shift == 63, byte > 1 { return nil }
-                value |= UInt64(byte & 0x7F) << shift
-                if byte & 0x80 == 0 { return value }
-                shift += 7
-            }
-            return nil
-        }
-
-        /// A length and the range of that many bytes after it, all within
-        /// `end`.
-        mutating func lengthDelimited() -> Range<Int>? {
-            guard let length = varint(), length <= UInt64(end - position) else { return nil }
-            let start = position
-            position += Int(length)
-            return start..<position
-        }
     }
 }

@@ -1,3 +1,5 @@
+import RallyWire
+
 /// What the load generator needs of a server frame, read from its protobuf
 /// bytes without building the message: the request it answers, which body
 /// it carries and, for an envelope, where its payload is. Decoding each ack
@@ -29,17 +31,10 @@ struct SkimmedServerFrame: Equatable, Sendable {
     private static let bodyFields = 10...18
     private static let envelopePayloadField = 4
 
-    private enum WireType: UInt64 {
-        case varint = 0
-        case fixed64 = 1
-        case lengthDelimited = 2
-        case fixed32 = 5
-    }
-
     /// Reads a `ServerFrame`; nil for bytes that are not one.
     static func skim(_ bytes: UnsafeRawBufferPointer) -> SkimmedServerFrame? {
         var frame = SkimmedServerFrame()
-        var reader = Reader(bytes: bytes, position: 0, end: bytes.count)
+        var reader = ProtobufWireReader(bytes)
         while !reader.isAtEnd {
             guard let (field, type) = reader.tag() else { return nil }
             switch (field, type) {
@@ -63,7 +58,7 @@ struct SkimmedServerFrame: Equatable, Sendable {
 
     /// The envelope's payload range (empty when it has none).
     private static func envelopePayload(_ bytes: UnsafeRawBufferPointer, in range: Range<Int>) -> Range<Int>? {
-        var reader = Reader(bytes: bytes, position: range.lowerBound, end: range.upperBound)
+        var reader = ProtobufWireReader(bytes, range)
         var payload = range.lowerBound..<range.lowerBound
         while !reader.isAtEnd {
             guard let (field, type) = reader.tag() else { return nil }
@@ -75,56 +70,5 @@ struct SkimmedServerFrame: Equatable, Sendable {
             }
         }
         return payload
-    }
-
-    private struct Reader {
-        let bytes: UnsafeRawBufferPointer
-        var position: Int
-        let end: Int
-
-        var isAtEnd: Bool { position >= end }
-
-        /// A varint of at most ten bytes, the tenth holding one bit.
-        mutating func varint() -> UInt64? {
-            var value: UInt64 = 0
-            for index in 0..<10 {
-                guard position < end else { return nil }
-                let byte = bytes[position]
-                position += 1
-                if index == 9, byte > 1 { return nil }
-                value |= UInt64(byte & 0x7F) << (7 * UInt64(index))
-                if byte & 0x80 == 0 { return value }
-            }
-            return nil
-        }
-
-        mutating func tag() -> (Int, WireType)? {
-            guard let key = varint(), let type = WireType(rawValue: key & 7), key >> 3 > 0,
-                key >> 3 <= 536_870_911
-            else { return nil }
-            return (Int(key >> 3), type)
-        }
-
-        mutating func lengthDelimited() -> Range<Int>? {
-            guard let length = varint(), length <= UInt64(end - position) else { return nil }
-            let range = position..<(position + Int(length))
-            position = range.upperBound
-            return range
-        }
-
-        mutating func skip(_ type: WireType) -> Bool {
-            switch type {
-            case .varint: return varint() != nil
-            case .lengthDelimited: return lengthDelimited() != nil
-            case .fixed64: return advance(8)
-            case .fixed32: return advance(4)
-            }
-        }
-
-        private mutating func advance(_ count: Int) -> Bool {
-            guard end - position >= count else { return false }
-            position += count
-            return true
-        }
     }
 }
