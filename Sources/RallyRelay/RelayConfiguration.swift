@@ -252,14 +252,6 @@ public struct RelayLimits: Sendable, Equatable {
 }
 
 extension Duration {
-    var timeInterval: TimeInterval {
-        Double(components.seconds) + Double(components.attoseconds) / 1e18
-    }
-
-    var milliseconds: Int64 {
-        components.seconds * 1000 + components.attoseconds / 1_000_000_000_000_000
-    }
-
     /// Whole nanoseconds (saturating): for deadlines kept in atomics.
     var nanoseconds: Int64 {
         let (seconds, attoseconds) = components

@@ -760,15 +760,4 @@ extension Duration {
         let (seconds, attoseconds) = components
         return max(0, attoseconds > 0 ? seconds + 1 : seconds)
     }
-
-    var timeInterval: TimeInterval {
-        let (seconds, attoseconds) = components
-        return Double(seconds) + Double(attoseconds) / 1e18
-    }
-
-    /// Whole milliseconds, rounded toward zero.
-    var milliseconds: Int64 {
-        let (seconds, attoseconds) = components
-        return seconds * 1000 + attoseconds / 1_000_000_000_000_000
-    }
 }
