@@ -59,14 +59,12 @@ enum HotFrameEncoding {
         requestID: UInt64, body number: UInt8, bodyBytes: Int, _ body: (inout FrameBytesWriter) -> Void
     ) -> ByteBuffer {
         let length = varintFieldSize(requestID) + 1 + varintSize(UInt64(bodyBytes)) + bodyBytes
-        return ByteBuffer.webSocketServerFrame(
-            length: length,
-            bytes: { frame in
-                frame.varintField(1, requestID)
-                frame.byte(number << 3 | 2)
-                frame.varint(UInt64(bodyBytes))
-                body(&frame)
-            })
+        return ByteBuffer.webSocketServerFrame(length: length) { frame in
+            frame.varintField(1, requestID)
+            frame.byte(number << 3 | 2)
+            frame.varint(UInt64(bodyBytes))
+            body(&frame)
+        }
     }
 
     /// A varint field's bytes: none for 0 (a bool is a varint of 1).

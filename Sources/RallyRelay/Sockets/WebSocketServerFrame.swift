@@ -3,29 +3,13 @@ import RallyWire
 
 extension ByteBuffer {
     /// A final, unmasked binary WebSocket frame (RFC 6455 5.2), as a server
-    /// sends it, whose message `write` writes: exactly `length` bytes. The
+    /// sends it, whose message `write` writes: exactly `length` bytes, into
+    /// memory reserved for exactly the frame (``FrameBytesWriter``). The
     /// header and the message share one buffer, so the socket gets one
     /// write where NIO's frame encoder gives two (a header buffer, then the
     /// message), and the relay's own frames are encoded behind their
     /// header in the first place (``HotFrameEncoding``).
-    static func webSocketServerFrame(length: Int, _ write: (inout ByteBuffer) -> Void) -> ByteBuffer {
-        let headerBytes = webSocketHeaderBytes(length)
-        var frame = ByteBufferAllocator().buffer(capacity: headerBytes + length)
-        frame.writeWithUnsafeMutableBytes(minimumWritableBytes: headerBytes) { memory in
-            var header = FrameBytesWriter(UnsafeMutableRawBufferPointer(rebasing: memory[..<headerBytes]))
-            header.webSocketServerHeader(length: length)
-            return header.count
-        }
-        let start = frame.writerIndex
-        write(&frame)
-        assert(frame.writerIndex - start == length, "a server frame's message is not the length its header says")
-        return frame
-    }
-
-    /// The same frame, header and message written through one
-    /// ``FrameBytesWriter`` into memory reserved for exactly the frame: for
-    /// the frames the relay writes once per publish (``HotFrameEncoding``).
-    static func webSocketServerFrame(length: Int, bytes write: (inout FrameBytesWriter) -> Void) -> ByteBuffer {
+    static func webSocketServerFrame(length: Int, _ write: (inout FrameBytesWriter) -> Void) -> ByteBuffer {
         let total = webSocketHeaderBytes(length) + length
         var frame = ByteBufferAllocator().buffer(capacity: total)
         frame.writeWithUnsafeMutableBytes(minimumWritableBytes: total) { memory in
@@ -42,7 +26,7 @@ extension ByteBuffer {
     /// frame but the ack and the live envelope.
     static func webSocketServerFrame(encoding frame: WireServerFrame) -> ByteBuffer {
         let message = FrameCodec.encode(frame)
-        return webSocketServerFrame(length: message.count) { $0.writeBytes(message) }
+        return webSocketServerFrame(length: message.count) { writer in message.withUnsafeBytes { writer.bytes($0) } }
     }
 
     /// The header of an unmasked frame of `length` bytes: 2, 4 or 10 bytes.
