@@ -627,6 +627,8 @@ struct EnvelopeIndexTests {
         #expect(index.original(topic: "t", key: Data("k".utf8))?.location == placed)
         #expect(index.entries(of: "t", after: 0, limit: 5, nowMilliseconds: 0).map(\.seq) == [1, 2])
         #expect(index.live.mapValues(\.entries) == [0: 1, 7: 1])
+        // What a segment's live entries take decides its compaction.
+        #expect(index.live.mapValues(\.bytes) == [0: 40, 7: Int(placed.size)])
     }
 
     @Test(

@@ -321,12 +321,10 @@ struct EnvelopeIndex: Sendable {
     /// A synced batch, whose record starts at `recordOffset` of `segment`.
     mutating func apply(_ pending: Pending, segment: UInt32, recordOffset: Int) {
         for (name, delta) in pending.topics {
-            count(
-                entries: delta.entries.count, bytes: delta.entries.reduce(0) { $0 + Int($1.location.size) },
-                in: segment)
             changedHeads.insert(name)
             if !delta.accessKeys.isEmpty { changedKeys.insert(name) }
-            topics[name, default: Topic()].take(delta, segment: segment, recordOffset: UInt32(recordOffset))
+            let bytes = topics[name, default: Topic()].take(delta, segment: segment, recordOffset: UInt32(recordOffset))
+            count(entries: delta.entries.count, bytes: bytes, in: segment)
         }
     }
 
@@ -408,18 +406,24 @@ extension EnvelopeIndex.Topic {
     /// A synced batch's changes, in one access to the topic: its arrays and
     /// dictionaries stay unique, so nothing is copied.
     /// The entries are placed (their segment and offset) as they are
-    /// appended, not in a copy of the batch's array first.
-    fileprivate mutating func take(_ delta: EnvelopeIndex.Pending.Delta, segment: UInt32, recordOffset: UInt32) {
+    /// appended, not in a copy of the batch's array first. Returns the
+    /// bytes they take in the segment.
+    fileprivate mutating func take(
+        _ delta: EnvelopeIndex.Pending.Delta, segment: UInt32, recordOffset: UInt32
+    ) -> Int {
         head = delta.head
+        var bytes = 0
         for var entry in delta.entries {
             entry.location.segment = segment
             entry.location.offset += recordOffset
+            bytes += Int(entry.location.size)
             entries.append(entry)
         }
         // A batch brings a key or two per topic: inserted one by one, not
         // merged, which costs more than the insertions for so few.
         for (key, seq) in delta.keys { keys[key] = seq }
         for (key, status) in delta.accessKeys { accessKeys[key] = status }
+        return bytes
     }
 
     /// The entries it held of `removed`, now forgotten.
