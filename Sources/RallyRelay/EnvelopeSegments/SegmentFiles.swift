@@ -245,12 +245,13 @@ final class SegmentFiles: Sendable {
                 // preallocated: zeroing one would hold the commit waiting
                 // for it.
                 if spare != nil, previous == nil {
+                    // Synced as it is written.
                     let failure = Self.writeZeros(to: descriptor, capacity: file.capacity)
                     guard failure == 0 else { throw Self.posixError(failure, "write zeros to", path) }
                 } else {
                     try Self.preallocate(file)
+                    try Self.sync(file)
                 }
-                try Self.sync(file)
             } catch {
                 unlink(path)
                 throw error
