@@ -65,6 +65,8 @@ let package = Package(
             dependencies: [
                 "RallyWire",
                 "RallyCrypto",
+                // The segment log's CRC-32C with the processor's instruction.
+                "CRallyCRC32C",
                 // SHA-256 over a blob, streamed from its file.
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Hummingbird", package: "hummingbird"),
@@ -155,6 +157,7 @@ let package = Package(
             swiftSettings: strictImports
         ),
         .target(name: "CLoadEpoll"),
+        .target(name: "CRallyCRC32C"),
         // Benchmarks that print measurements; see the README.
         .executableTarget(
             name: "rally-bench",

@@ -59,6 +59,40 @@ struct SegmentRecordTests {
         }
     }
 
+    @Test("this machine's processor computes the checksum with its CRC-32C instruction where it has one")
+    func crcUsesTheInstruction() throws {
+        #if arch(x86_64) && os(Linux)
+            let flags = try String(contentsOfFile: "/proc/cpuinfo", encoding: .utf8)
+            #expect(CRC32C.usesHardware == flags.contains(" sse4_2"))
+        #elseif arch(arm64) && os(macOS)
+            #expect(CRC32C.usesHardware)
+        #endif
+    }
+
+    @Test(
+        "the instruction's checksum equals slicing by eight for every length up to 300, from every start in a word, and continued from any value"
+    )
+    func crcInstructionMatchesTables() {
+        var generator = SeededGenerator(seed: 0x5EC7_0C2C)
+        let bytes = (0..<(300 + 8)).map { _ in UInt8.random(in: .min ... .max, using: &generator) }
+        bytes.withUnsafeBytes { buffer in
+            for start in 0..<8 {
+                for count in 0...300 {
+                    let slice = UnsafeRawBufferPointer(rebasing: buffer[start..<(start + count)])
+                    let previous = UInt32.random(in: .min ... .max, using: &generator)
+                    #expect(CRC32C.checksum(slice) == CRC32C.tableChecksum(slice), "\(count) bytes from \(start)")
+                    #expect(
+                        CRC32C.checksum(slice, continuing: previous)
+                            == CRC32C.tableChecksum(slice, continuing: previous),
+                        "\(count) bytes from \(start), continuing \(previous)")
+                }
+            }
+        }
+        // A record of a megabyte, as a busy commit writes.
+        let large = (0..<(1 << 20)).map { _ in UInt8.random(in: .min ... .max, using: &generator) }
+        large.withUnsafeBytes { #expect(CRC32C.checksum($0) == CRC32C.tableChecksum($0)) }
+    }
+
     // MARK: Round trips
 
     @Test(
