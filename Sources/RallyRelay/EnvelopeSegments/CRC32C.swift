@@ -33,8 +33,7 @@ enum CRC32C {
     /// what came before them; 0 to start).
     static func checksum(_ bytes: UnsafeRawBufferPointer, continuing previous: UInt32 = 0) -> UInt32 {
         guard usesHardware else { return tableChecksum(bytes, continuing: previous) }
-        guard let base = bytes.baseAddress, !bytes.isEmpty else { return previous }
-        return ~rally_crc32c_update(~previous, base, bytes.count)
+        return ~rally_crc32c_update(~previous, bytes.baseAddress, bytes.count)
     }
 
     /// The same checksum by slicing by eight, on any processor.
