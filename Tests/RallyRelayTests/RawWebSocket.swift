@@ -63,6 +63,11 @@ final class RawWebSocket: @unchecked Sendable {
         try await run { [header] in try self.writeAll(header) }
     }
 
+    /// Writes `bytes` as they are: a frame no well-behaved client sends.
+    func sendRaw(_ bytes: Data) async throws {
+        try await run { try self.writeAll(bytes) }
+    }
+
     /// A WebSocket ping (control frame) with `payload`.
     func sendPing(_ payload: Data) async throws {
         try await sendFrame(opcode: 0x9, payload: payload)

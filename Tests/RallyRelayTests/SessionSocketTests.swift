@@ -156,6 +156,28 @@ struct SessionSocketTests {
         await fixture.stop()
     }
 
+    @Test(
+        "a frame RFC 6455 says fails the connection closes the socket with 1002; others carry on",
+        arguments: [
+            ("unmasked", Data([0x82, 0x01, 0x00])),
+            ("reserved opcode", Data([0x83, 0x81, 1, 2, 3, 4, 0x00])),
+            ("reserved bit", Data([0xC2, 0x81, 1, 2, 3, 4, 0x00])),
+            ("continuation without a message", Data([0x80, 0x81, 1, 2, 3, 4, 0x00])),
+        ])
+    func protocolViolationCloses(name: String, frame: Data) async throws {
+        let fixture = try await RelayFixture()
+        let bystander = try await WireClient.connect(fixture)
+        let client = try await WireClient.connect(fixture)
+        try await client.socket.sendRaw(frame)
+        let close = try #require(try await client.socket.receive(), "\(name)")
+        #expect(close.opcode == 0x8, "\(name)")
+        #expect(close.payload.prefix(2) == Data([0x03, 0xEA]), "\(name)")  // 1002, protocol error
+        #expect(try await client.socket.receive() == nil, "\(name)")
+        try await bystander.expectStillServing()
+        await bystander.close()
+        await fixture.stop()
+    }
+
     @Test("three hundred requests sent without reading are all answered, in the order sent")
     func floodIsAnsweredInOrder() async throws {
         let fixture = try await RelayFixture()

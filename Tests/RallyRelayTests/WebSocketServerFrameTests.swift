@@ -57,28 +57,3 @@ struct WebSocketServerFrameTests {
         #expect(Array(buffer.webSocketServerMessage.readableBytesView) == [1, 2, 3])
     }
 }
-
-/// A client's message is unmasked straight into the `Data` the session
-/// decodes; NIO's own unmasking is the reference.
-@Suite("WebSocket client messages")
-struct WebSocketUnmaskingTests {
-    @Test("every length from 0 to 40 bytes and a large one unmask as NIO unmasks them, with random keys")
-    func matchesNIO() {
-        var random = SeededGenerator(seed: 0xA5C3)
-        for length in Array(0...40) + [70_001] {
-            let key = WebSocketMaskingKey((0..<4).map { _ in UInt8.random(in: .min ... .max, using: &random) })!
-            let bytes = (0..<length).map { _ in UInt8.random(in: .min ... .max, using: &random) }
-            let frame = WebSocketFrame(fin: true, opcode: .binary, maskKey: key, data: ByteBuffer(bytes: bytes))
-            #expect(Data(unmasking: frame) == Data(frame.unmaskedData.readableBytesView), "length \(length)")
-            #expect(Data(unmasking: frame) != Data(bytes) || length == 0 || key == WebSocketMaskingKey([0, 0, 0, 0]))
-        }
-    }
-
-    @Test("a message without a mask key (one the aggregator joined) is copied as it is, from its readable bytes")
-    func unmaskedMessage() {
-        var buffer = ByteBuffer(bytes: [7, 1, 2, 3])
-        buffer.moveReaderIndex(forwardBy: 1)
-        let frame = WebSocketFrame(fin: true, opcode: .binary, data: buffer)
-        #expect(Data(unmasking: frame) == Data([1, 2, 3]))
-    }
-}

@@ -71,7 +71,7 @@ struct RelayHTTPChannel: ServerChildChannel, HTTPChannelHandler {
         return channel.eventLoop.makeCompletedFuture {
             try channel.syncOptions?.setOption(ChannelOptions.recvAllocator, value: Self.receiveAllocator)
             let upgradeAsked = NIOLoopBoundBox(false, eventLoop: channel.eventLoop)
-            let upgrader = NIOTypedWebSocketServerUpgrader<Upgrade>(
+            let library = NIOTypedWebSocketServerUpgrader<Upgrade>(
                 maxFrameSize: services.limits.transportMaxFrameBytes,
                 shouldUpgrade: { channel, head in
                     upgradeAsked.value = true
@@ -79,34 +79,31 @@ struct RelayHTTPChannel: ServerChildChannel, HTTPChannelHandler {
                 },
                 upgradePipelineHandler: { channel, head in
                     channel.eventLoop.makeCompletedFuture {
-                        let remoteIP = channel.remoteAddress?.ipAddress ?? "unknown"
-                        switch SocketRoute(target: head.uri) {
-                        case .session:
-                            let socket = SessionSocket(channel: channel, services: services, remoteIP: remoteIP)
-                            try channel.syncOptions?.setOption(
-                                ChannelOptions.writeBufferWaterMark, value: SessionSocket.writeBufferWaterMark)
-                            try channel.pipeline.syncOperations.addHandlers([
-                                NIOWebSocketFrameAggregator(
-                                    minNonFinalFragmentSize: 0, maxAccumulatedFrameCount: 1024,
-                                    maxAccumulatedFrameSize: services.limits.transportMaxFrameBytes),
-                                SessionSocketHandler(socket: socket),
-                            ])
-                            socket.writeBelow(
-                                encoder: try channel.pipeline.syncOperations.context(
-                                    handlerType: WebSocketFrameEncoder.self))
-                            return .session(socket)
-                        case .room(let room):
-                            return .room(
-                                try NIOAsyncChannel(
-                                    wrappingChannelSynchronously: channel,
-                                    configuration: .init(isOutboundHalfClosureEnabled: true)),
-                                room: room, remoteIP: remoteIP)
-                        case nil:
-                            // shouldUpgrade refused every other target.
+                        // Only a room's socket is upgraded by the library;
+                        // shouldUpgrade refused every target without one.
+                        guard case .room(let room) = SocketRoute(target: head.uri) else {
                             throw ChannelError.inappropriateOperationForState
                         }
+                        return .room(
+                            try NIOAsyncChannel(
+                                wrappingChannelSynchronously: channel,
+                                configuration: .init(isOutboundHalfClosureEnabled: true)),
+                            room: room, remoteIP: channel.remoteAddress?.ipAddress ?? "unknown")
                     }
                 })
+            let upgrader = SessionSocketUpgrader(library: library) { channel in
+                let socket = SessionSocket(
+                    channel: channel, services: services, remoteIP: channel.remoteAddress?.ipAddress ?? "unknown")
+                try channel.syncOptions?.setOption(
+                    ChannelOptions.writeBufferWaterMark, value: SessionSocket.writeBufferWaterMark)
+                let encoder = WebSocketFrameEncoder()
+                try channel.pipeline.syncOperations.addHandlers([
+                    encoder,
+                    SessionSocketHandler(socket: socket, maxMessageBytes: services.limits.transportMaxFrameBytes),
+                ])
+                socket.writeBelow(encoder: try channel.pipeline.syncOperations.context(handler: encoder))
+                return .session(socket)
+            }
             let upgrades = NIOTypedHTTPServerUpgradeConfiguration<Upgrade>(
                 upgraders: [upgrader],
                 notUpgradingCompletionHandler: { channel in
@@ -227,4 +224,34 @@ struct RelayHTTPChannel: ServerChildChannel, HTTPChannelHandler {
 
 private struct RoomSocketContext: WebSocketContext {
     let logger: Logger
+}
+
+/// The WebSocket upgrade of both socket paths. The library's upgrader
+/// checks every request and builds every 101 response, and sets up a
+/// room's socket; a session's socket gets the relay's own frame reader
+/// instead of the library's decoder, protocol error handler and aggregator
+/// (docs/adr/0039).
+private struct SessionSocketUpgrader: NIOTypedHTTPServerProtocolUpgrader {
+    typealias UpgradeResult = RelayHTTPChannel.Upgrade
+
+    let library: NIOTypedWebSocketServerUpgrader<UpgradeResult>
+    /// Adds a session socket's handlers, on its loop.
+    let session: @Sendable (any Channel) throws -> UpgradeResult
+
+    var supportedProtocol: String { library.supportedProtocol }
+    var requiredUpgradeHeaders: [String] { library.requiredUpgradeHeaders }
+
+    func buildUpgradeResponse(
+        channel: any Channel, upgradeRequest: HTTPRequestHead, initialResponseHeaders: HTTPHeaders
+    ) -> EventLoopFuture<HTTPHeaders> {
+        library.buildUpgradeResponse(
+            channel: channel, upgradeRequest: upgradeRequest, initialResponseHeaders: initialResponseHeaders)
+    }
+
+    func upgrade(channel: any Channel, upgradeRequest: HTTPRequestHead) -> EventLoopFuture<UpgradeResult> {
+        guard RelayHTTPChannel.SocketRoute(target: upgradeRequest.uri) == .session else {
+            return library.upgrade(channel: channel, upgradeRequest: upgradeRequest)
+        }
+        return channel.eventLoop.makeCompletedFuture { try session(channel) }
+    }
 }

@@ -414,36 +414,57 @@ private final class SocketWriter: OutboxWriter {
     }
 }
 
-/// The last handler of a `/v1/ws` pipeline: complete messages to the
-/// session, control frames answered here.
+/// The one inbound handler of a `/v1/ws` pipeline: reads the client's
+/// frames from the socket's bytes (``ClientFrameReader``), hands whole
+/// messages to the session and answers control frames here.
 final class SessionSocketHandler: ChannelInboundHandler {
-    typealias InboundIn = WebSocketFrame
+    typealias InboundIn = ByteBuffer
     typealias OutboundOut = WebSocketFrame
 
-    private let socket: SessionSocket
+    /// Fragments one message may come in.
+    static let maxFragments = 1024
 
-    init(socket: SessionSocket) {
+    private let socket: SessionSocket
+    private var reader: ClientFrameReader
+    /// The client's close arrived, or its frames could not be read: what
+    /// follows is not read.
+    private var isDone = false
+
+    init(socket: SessionSocket, maxMessageBytes: Int) {
         self.socket = socket
+        reader = ClientFrameReader(maxMessageBytes: maxMessageBytes, maxFragments: Self.maxFragments)
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        let frame = unwrapInboundIn(data)
-        switch frame.opcode {
-        case .binary:
-            socket.receivedOnLoop(Data(unmasking: frame))
+        guard !isDone else { return }
+        reader.append(unwrapInboundIn(data))
+        do {
+            while !isDone, let event = try reader.next() {
+                handle(event, context: context)
+            }
+        } catch {
+            // A message over the transport limit (1009), or a frame RFC
+            // 6455 says fails the connection (1002).
+            isDone = true
+            socket.closeSocket(code: error.closeCode)
+        }
+    }
+
+    private func handle(_ event: ClientFrameReader.Event, context: ChannelHandlerContext) {
+        switch event {
+        case .binary(let message):
+            socket.receivedOnLoop(message)
         case .text:
             socket.received(.text)
-        case .ping:
+        case .ping(let payload):
             context.writeAndFlush(
-                wrapOutboundOut(WebSocketFrame(fin: true, opcode: .pong, data: frame.unmaskedData)), promise: nil)
-        case .connectionClose:
-            // Answer the client's close with its own code, then close.
-            var data = frame.unmaskedData
-            let code = data.readWebSocketErrorCode() ?? .normalClosure
-            socket.closeSocket(code: code)
-        default:
-            // Pongs and (aggregated away) continuations carry nothing here.
+                wrapOutboundOut(WebSocketFrame(fin: true, opcode: .pong, data: payload)), promise: nil)
+        case .pong:
             break
+        case .close(let code):
+            // Answer the client's close with its own code, then close.
+            isDone = true
+            socket.closeSocket(code: code ?? .normalClosure)
         }
     }
 
@@ -452,17 +473,7 @@ final class SessionSocketHandler: ChannelInboundHandler {
         context.fireChannelWritabilityChanged()
     }
 
-    /// A message over the transport limit, or a broken fragment sequence:
-    /// closed with the code that says so.
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        let code: WebSocketErrorCode
-        switch error {
-        case NIOWebSocketFrameAggregator.Error.accumulatedFrameSizeIsTooLarge,
-            NIOWebSocketFrameAggregator.Error.tooManyFragments:
-            code = .messageTooLarge
-        default:
-            code = .protocolError
-        }
-        socket.closeSocket(code: code)
+        socket.closeSocket(code: .protocolError)
     }
 }
