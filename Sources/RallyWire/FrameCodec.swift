@@ -11,6 +11,14 @@ public enum FrameCodec {
         return try decode(WireClientFrame.self, from: bytes, limit: WireLimits.maxFrameBytes)
     }
 
+    /// A frame that holds a publish in its usual shape, as its request id
+    /// and publish: exactly what ``decodeClientFrame(_:)`` would find in
+    /// it. Nil for every other frame, which that decodes (or refuses).
+    package static func decodePublishFrame(_ bytes: Data) -> (requestID: UInt64, publish: WirePublish)? {
+        guard bytes.count <= WireLimits.maxFrameBytes else { return nil }
+        return PublishFrameDecoding.decodePublish(bytes)
+    }
+
     public static func decodeServerFrame(_ bytes: Data) throws(FrameDecodingError) -> WireServerFrame {
         try decode(WireServerFrame.self, from: bytes, limit: WireLimits.maxFrameBytes)
     }

@@ -17,23 +17,33 @@ enum PublishFrameDecoding {
     private typealias Reader = ProtobufWireReader
 
     static func decode(_ bytes: Data) -> WireClientFrame? {
-        bytes.withUnsafeBytes { raw -> WireClientFrame? in
+        guard let (requestID, publish) = decodePublish(bytes) else { return nil }
+        var frame = WireClientFrame()
+        frame.requestID = requestID
+        frame.body = .publish(publish)
+        return frame
+    }
+
+    /// The request id and the publish alone: the relay's event loop takes
+    /// a publish without the frame around it, which it would build only to
+    /// take the publish out of it again (a copy of every field each way).
+    static func decodePublish(_ bytes: Data) -> (requestID: UInt64, publish: WirePublish)? {
+        bytes.withUnsafeBytes { raw -> (UInt64, WirePublish)? in
             var reader = Reader(raw)
             var last = 0
-            var frame = WireClientFrame()
+            var requestID: UInt64 = 0
             // An optional request id (field 1, a varint), then the publish
             // (field 11, length-delimited) and nothing after it.
             guard var field = nextField(&reader, after: &last) else { return nil }
             if field == (1, .varint) {
-                guard let requestID = reader.varint(), let next = nextField(&reader, after: &last) else { return nil }
-                frame.requestID = requestID
+                guard let id = reader.varint(), let next = nextField(&reader, after: &last) else { return nil }
+                requestID = id
                 field = next
             }
             guard field == (11, .lengthDelimited), let range = reader.lengthDelimited(), reader.isAtEnd,
                 let publish = Self.publish(raw, range, in: bytes)
             else { return nil }
-            frame.body = .publish(publish)
-            return frame
+            return (requestID, publish)
         }
     }
 

@@ -58,6 +58,9 @@ struct PublishFrameDecodingTests {
             #expect(hand == (try Self.reference(bytes)))
             #expect(hand.publish.hasProof == frame.publish.hasProof)
             #expect(try FrameCodec.decodeClientFrame(bytes) == frame)
+            // The event loop's path: the same request id and publish, no frame.
+            let taken = try #require(FrameCodec.decodePublishFrame(bytes))
+            #expect(taken.requestID == frame.requestID && taken.publish == frame.publish)
         }
     }
 
@@ -120,6 +123,15 @@ struct PublishFrameDecodingTests {
             }
             for variant in variants {
                 let reference = try? Self.reference(variant)
+                let publishOnly = FrameCodec.decodePublishFrame(variant)
+                if publishOnly?.requestID != reference?.requestID || publishOnly?.publish != reference?.publish,
+                    publishOnly != nil
+                {
+                    mismatches.append("publish only: " + variant.base64EncodedString())
+                }
+                if (publishOnly == nil) != (PublishFrameDecoding.decode(variant) == nil) {
+                    mismatches.append("taken by one path only: " + variant.base64EncodedString())
+                }
                 if let hand = PublishFrameDecoding.decode(variant) {
                     taken += 1
                     if hand != reference {
@@ -209,6 +221,7 @@ struct PublishFrameDecodingTests {
     func hostile(_ shape: (String, Data)) {
         let bytes = Self.frame(shape.1)
         #expect(PublishFrameDecoding.decode(bytes) == nil, "\(shape.0)")
+        #expect(FrameCodec.decodePublishFrame(bytes) == nil, "\(shape.0)")
         #expect(throws: FrameDecodingError.self, "\(shape.0)") { try FrameCodec.decodeClientFrame(bytes) }
     }
 
@@ -230,6 +243,7 @@ struct PublishFrameDecodingTests {
         large.publish.payload = Data(count: WireLimits.maxFrameBytes)
         let oversized = FrameCodec.encode(large)
         #expect(PublishFrameDecoding.decode(oversized) != nil)
+        #expect(FrameCodec.decodePublishFrame(oversized) == nil)
         #expect(throws: FrameDecodingError.tooLarge(size: oversized.count, limit: WireLimits.maxFrameBytes)) {
             try FrameCodec.decodeClientFrame(oversized)
         }

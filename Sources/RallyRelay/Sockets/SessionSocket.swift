@@ -180,10 +180,17 @@ final class SessionSocket: Sendable {
     /// (ADR 0028); everything else, and a publish while the socket cannot
     /// take more writes, goes to the session in order.
     func receivedOnLoop(_ message: Data) {
-        guard channel.isWritable, inbox.withLock({ $0.isIdle }),
-            let frame = try? FrameCodec.decodeClientFrame(message)
-        else {
-            // Undecodable ones too: the session answers with the error.
+        guard channel.isWritable, inbox.withLock({ $0.isIdle }) else {
+            received(.binary(message))
+            return
+        }
+        // The usual publish is read without the frame around it.
+        if let (requestID, publish) = FrameCodec.decodePublishFrame(message) {
+            publishOnLoop(publish, requestID: requestID)
+            return
+        }
+        guard let frame = try? FrameCodec.decodeClientFrame(message) else {
+            // The session answers an undecodable one with the error.
             received(.binary(message))
             return
         }
@@ -191,16 +198,24 @@ final class SessionSocket: Sendable {
             received(.frame(frame))
             return
         }
+        publishOnLoop(publish, requestID: frame.requestID)
+    }
+
+    private func publishOnLoop(_ publish: WirePublish, requestID: UInt64) {
         let writer = writer
         let services = services
         guard
             let refusal = session.publishOnLoop(
-                publish, requestID: frame.requestID, loop: channel.eventLoop, answer: { writer.writeNow($0) })
+                publish, requestID: requestID, loop: channel.eventLoop, answer: { writer.writeNow($0) })
         else { return }
         if refusal.isFatal {
+            // The session sends the error and ends the connection, in order.
+            var frame = WireClientFrame()
+            frame.requestID = requestID
+            frame.body = .publish(publish)
             received(.frame(frame))
         } else {
-            writer.writeNow(.refused(services.errorFrame(refusal, requestID: frame.requestID)))
+            writer.writeNow(.refused(services.errorFrame(refusal, requestID: requestID)))
         }
     }
 
@@ -473,6 +488,8 @@ final class SessionSocketHandler: ChannelInboundHandler {
         context.fireChannelWritabilityChanged()
     }
 
+    /// The reader's own failures are handled in `channelRead`; what comes
+    /// here is the socket's (a read that failed) or another handler's.
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
         socket.closeSocket(code: .protocolError)
     }
