@@ -5,18 +5,31 @@ import SwiftProtobuf
 /// checked before any parsing and every failure mapped to a typed error.
 public enum FrameCodec {
     public static func decodeClientFrame(_ bytes: Data) throws(FrameDecodingError) -> WireClientFrame {
-        // A publish in its usual shape is read by hand; everything else,
-        // and whatever that path does not take, by SwiftProtobuf.
-        if bytes.count <= WireLimits.maxFrameBytes, let frame = PublishFrameDecoding.decode(bytes) { return frame }
-        return try decode(WireClientFrame.self, from: bytes, limit: WireLimits.maxFrameBytes)
+        switch try decodeClientFrameOrPublish(bytes) {
+        case .publish(let requestID, let publish): WireClientFrame(requestID: requestID, publish: publish)
+        case .frame(let frame): frame
+        }
     }
 
-    /// A frame that holds a publish in its usual shape, as its request id
-    /// and publish: exactly what ``decodeClientFrame(_:)`` would find in
-    /// it. Nil for every other frame, which that decodes (or refuses).
-    package static func decodePublishFrame(_ bytes: Data) -> (requestID: UInt64, publish: WirePublish)? {
-        guard bytes.count <= WireLimits.maxFrameBytes else { return nil }
-        return PublishFrameDecoding.decodePublish(bytes)
+    /// A client frame as ``decodeClientFrame(_:)`` decodes it, but a publish
+    /// in its usual shape as its request id and publish alone: the relay's
+    /// event loop takes it without a frame built only to take it out again
+    /// (a copy of every field each way).
+    package enum ClientFrameOrPublish {
+        case publish(requestID: UInt64, WirePublish)
+        case frame(WireClientFrame)
+    }
+
+    package static func decodeClientFrameOrPublish(
+        _ bytes: Data
+    ) throws(FrameDecodingError) -> ClientFrameOrPublish {
+        // A publish in its usual shape is read by hand; everything else,
+        // and whatever that path does not take, by SwiftProtobuf.
+        if bytes.count <= WireLimits.maxFrameBytes, let (requestID, publish) = PublishFrameDecoding.decodePublish(bytes)
+        {
+            return .publish(requestID: requestID, publish)
+        }
+        return .frame(try decode(WireClientFrame.self, from: bytes, limit: WireLimits.maxFrameBytes))
     }
 
     public static func decodeServerFrame(_ bytes: Data) throws(FrameDecodingError) -> WireServerFrame {
@@ -72,5 +85,14 @@ public enum FrameDecodingError: Error, Equatable, Sendable, CustomStringConverti
         case .tooLarge(let size, let limit): "frame of \(size) bytes exceeds the limit of \(limit) bytes"
         case .malformed(let reason): "malformed frame: \(reason)"
         }
+    }
+}
+
+extension WireClientFrame {
+    /// A frame holding `publish`.
+    package init(requestID: UInt64, publish: WirePublish) {
+        self.init()
+        self.requestID = requestID
+        body = .publish(publish)
     }
 }

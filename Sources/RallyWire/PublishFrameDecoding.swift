@@ -17,16 +17,10 @@ enum PublishFrameDecoding {
     private typealias Reader = ProtobufWireReader
 
     static func decode(_ bytes: Data) -> WireClientFrame? {
-        guard let (requestID, publish) = decodePublish(bytes) else { return nil }
-        var frame = WireClientFrame()
-        frame.requestID = requestID
-        frame.body = .publish(publish)
-        return frame
+        decodePublish(bytes).map { WireClientFrame(requestID: $0.requestID, publish: $0.publish) }
     }
 
-    /// The request id and the publish alone: the relay's event loop takes
-    /// a publish without the frame around it, which it would build only to
-    /// take the publish out of it again (a copy of every field each way).
+    /// The request id and the publish alone (``FrameCodec/ClientFrameOrPublish``).
     static func decodePublish(_ bytes: Data) -> (requestID: UInt64, publish: WirePublish)? {
         bytes.withUnsafeBytes { raw -> (UInt64, WirePublish)? in
             var reader = Reader(raw)

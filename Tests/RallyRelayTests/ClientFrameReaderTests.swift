@@ -285,12 +285,16 @@ struct ClientFrameReaderTests {
         }
     }
 
-    @Test("garbage and damaged streams end in a typed failure or in events, never in a crash or a read past the limit")
+    @Test("garbage and damaged streams end in events or a typed failure, never in a crash or a message over the limit")
     func hostileBytes() {
         var random = SeededGenerator(seed: 0xBAD)
+        // Messages close under the limit, so a damaged length byte can
+        // claim more than the limit with the bytes for it present.
+        let limit = 150
         let valid =
-            ClientFrame.binary(Array(0..<200)).bytes + ClientFrame(opcode: 0x9, payload: [1]).bytes
-            + ClientFrame.binary([UInt8](repeating: 3, count: 2_000)).bytes
+            ClientFrame.binary(Array(0..<100)).bytes + ClientFrame(opcode: 0x9, payload: [1]).bytes
+            + ClientFrame.binary([UInt8](repeating: 3, count: 140)).bytes
+            + ClientFrame.binary([UInt8](repeating: 4, count: 140)).bytes
         for _ in 0..<2_000 {
             var bytes: [UInt8]
             if Bool.random(using: &random) {
@@ -304,12 +308,11 @@ struct ClientFrameReaderTests {
                         in: 1 ... .max, using: &random)
                 }
             }
-            var reader = reader(max: 4_096, fragments: 16)
+            var reader = reader(max: limit, fragments: 16)
             let result = read([bytes], into: &reader)
             for case .binary(let message) in result.events {
-                #expect(message.count <= 4_096)
+                #expect(message.count <= limit)
             }
-            _ = result.failure?.closeCode
         }
     }
 }

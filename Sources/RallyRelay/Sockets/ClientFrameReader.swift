@@ -138,16 +138,13 @@ struct ClientFrameReader {
                 throw .protocolViolation("a new message before the last one's final fragment")
             }
             let isText = header.opcode == 0x1
+            var message = Data()
+            if !isText { message.append(unmasking: payload, key: header.mask) }
             guard header.fin else {
-                var message = Data()
-                if !isText { message.append(unmasking: payload, key: header.mask) }
                 fragments = Fragments(isText: isText, message: message, count: 1, bytes: payload.readableBytes)
                 return nil
             }
-            if isText { return .text }
-            var message = Data()
-            message.append(unmasking: payload, key: header.mask)
-            return .binary(message)
+            return isText ? .text : .binary(message)
         case 0x8:
             let body = payload.unmasked(key: header.mask)
             guard body.readableBytes != 1 else {
@@ -260,10 +257,11 @@ extension Data {
 }
 
 extension ByteBuffer {
-    /// A control frame's payload (at most 125 bytes), unmasked.
+    /// A control frame's payload (at most 125 bytes), unmasked by NIO's own
+    /// unmasking: a copy of this slice, not of the read it lies in.
     fileprivate func unmasked(key: UInt32) -> ByteBuffer {
-        var data = Data()
-        data.append(unmasking: self, key: key)
-        return ByteBuffer(bytes: data)
+        var body = self
+        body.webSocketUnmask(WebSocketMaskingKey(withUnsafeBytes(of: key.bigEndian, Array.init))!)
+        return body
     }
 }

@@ -180,25 +180,23 @@ final class SessionSocket: Sendable {
     /// (ADR 0028); everything else, and a publish while the socket cannot
     /// take more writes, goes to the session in order.
     func receivedOnLoop(_ message: Data) {
-        guard channel.isWritable, inbox.withLock({ $0.isIdle }) else {
+        guard channel.isWritable, inbox.withLock({ $0.isIdle }),
+            let decoded = try? FrameCodec.decodeClientFrameOrPublish(message)
+        else {
+            // Undecodable ones too: the session answers with the error.
             received(.binary(message))
             return
         }
-        // The usual publish is read without the frame around it.
-        if let (requestID, publish) = FrameCodec.decodePublishFrame(message) {
+        switch decoded {
+        case .publish(let requestID, let publish):
             publishOnLoop(publish, requestID: requestID)
-            return
+        case .frame(let frame):
+            guard case .publish(let publish)? = frame.body else {
+                received(.frame(frame))
+                return
+            }
+            publishOnLoop(publish, requestID: frame.requestID)
         }
-        guard let frame = try? FrameCodec.decodeClientFrame(message) else {
-            // The session answers an undecodable one with the error.
-            received(.binary(message))
-            return
-        }
-        guard case .publish(let publish)? = frame.body else {
-            received(.frame(frame))
-            return
-        }
-        publishOnLoop(publish, requestID: frame.requestID)
     }
 
     private func publishOnLoop(_ publish: WirePublish, requestID: UInt64) {
@@ -210,10 +208,7 @@ final class SessionSocket: Sendable {
         else { return }
         if refusal.isFatal {
             // The session sends the error and ends the connection, in order.
-            var frame = WireClientFrame()
-            frame.requestID = requestID
-            frame.body = .publish(publish)
-            received(.frame(frame))
+            received(.frame(WireClientFrame(requestID: requestID, publish: publish)))
         } else {
             writer.writeNow(.refused(services.errorFrame(refusal, requestID: requestID)))
         }
