@@ -241,7 +241,7 @@ public final class SQLiteRelayStore: RelayStore, SynchronousAppending {
     ) throws -> [Result<AppendResult, AppendRefusal>] {
         guard !batch.isEmpty else { return [] }
         return try writer.withLock { writer in
-            var pending = EnvelopeIndex.Pending()
+            var pending = EnvelopeIndex.Pending(reservingCapacity: batch.count)
             let results = try batch.map { try append($0, serverTime: serverTimeMilliseconds, pending: &pending) }
             guard !pending.isEmpty else { return results }
             let placed = try writer.append(SegmentRecord.encode(pending.logged))
@@ -256,17 +256,16 @@ public final class SQLiteRelayStore: RelayStore, SynchronousAppending {
         let key: Data? = request.idempotencyKey.isEmpty ? nil : request.idempotencyKey
         // A stored original's segment file is taken with the index, as a
         // fetch takes it.
-        let (head, original, originalFile, keyStatus) = index.withLock { index in
-            let original = key.flatMap { pending.original(topic: request.topic, key: $0, in: index) }
-            return (
-                pending.head(of: request.topic, in: index), original,
-                original?.location.flatMap { segments.file($0.segment) },
-                request.accessKey.map { Self.status(topic: request.topic, key: $0, pending: pending, in: index) }
-            )
+        let (look, originalFile) = index.withLock { index in
+            let look = pending.look(
+                topic: request.topic, idempotencyKey: key, accessKey: request.accessKey, in: index)
+            return (look, look.original?.location.flatMap { segments.file($0.segment) })
         }
+        let head = look.head
+        let keyStatus = look.keyStatus
         // A retry is answered before any other check, with what its
         // original stored.
-        switch original {
+        switch look.original {
         case .inBatch(let logged)?: return AppendRules.retry(of: logged.envelope, keyStatus: keyStatus)
         case .stored(let location)?:
             return AppendRules.retry(of: try read(location, in: originalFile).envelope, keyStatus: keyStatus)
@@ -301,12 +300,9 @@ public final class SQLiteRelayStore: RelayStore, SynchronousAppending {
 
     /// A key's status, from the index alone (with what the batch has
     /// changed so far).
-    private static func status(
-        topic: String, key: Data, pending: EnvelopeIndex.Pending = EnvelopeIndex.Pending(), in index: EnvelopeIndex
-    ) -> AccessKeyStatus {
-        if let held = pending.heldKey(topic: topic, key: key, in: index) { return held }
-        if index.isDeleted(topic) { return .deleted }
-        return pending.holdsKeys(topic: topic, in: index) ? .unknown : .unregistered
+    private static func status(topic: String, key: Data, in index: EnvelopeIndex) -> AccessKeyStatus {
+        EnvelopeIndex.Pending().look(topic: topic, idempotencyKey: nil, accessKey: key, in: index).keyStatus
+            ?? .unknown
     }
 
     public func accessKeyStatus(topic: String, key: Data) async throws -> AccessKeyStatus {

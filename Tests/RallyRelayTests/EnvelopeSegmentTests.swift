@@ -608,11 +608,12 @@ struct EnvelopeIndexTests {
     func pendingUntilApplied() {
         var index = Self.loaded([1])
         var pending = EnvelopeIndex.Pending()
-        let head = pending.head(of: "t", in: index)
+        let head = pending.look(topic: "t", idempotencyKey: nil, accessKey: nil, in: index).head
         let second = Self.logged(2, key: Data("k".utf8))
         pending.append(second, after: head, in: index)
-        #expect(pending.head(of: "t", in: index).lastSeq == 2)
-        guard case .inBatch(let original) = pending.original(topic: "t", key: Data("k".utf8), in: index) else {
+        let look = pending.look(topic: "t", idempotencyKey: Data("k".utf8), accessKey: nil, in: index)
+        #expect(look.head.lastSeq == 2)
+        guard case .inBatch(let original) = look.original else {
             Issue.record("the batch does not see its own key")
             return
         }

@@ -26,18 +26,27 @@ private final class RecordingWriter: OutboxWriter {
         self.loop = loop
     }
 
-    func writeWithoutFlush(_ frame: ByteBuffer, isLive: Bool) -> Bool {
+    /// Written since the last flush; the outbox is told only of the first.
+    private let awaitsFlush = Mutex(false)
+
+    func writeWithoutFlush(_ frame: ByteBuffer, isLive: Bool) -> OutboxWrite {
         let onLoop = loop.inEventLoop
-        return record.withLock { record in
+        let written = record.withLock { record in
             record.onLoop = record.onLoop && onLoop
             if isLive, record.closed { return false }
             record.written.append(String(buffer: frame))
             return true
         }
+        guard written else { return .skipped }
+        return awaitsFlush.withLock { awaits in
+            defer { awaits = true }
+            return awaits ? .awaitingFlush : .firstSinceFlush
+        }
     }
 
-    func flush() {
+    func flushOutbox() {
         let onLoop = loop.inEventLoop
+        awaitsFlush.withLock { $0 = false }
         record.withLock {
             $0.onLoop = $0.onLoop && onLoop
             $0.flushes += 1

@@ -103,18 +103,13 @@ struct EnvelopeIndex: Sendable {
 
     /// The stored entry that `key` stored on `topic`, if it is still there.
     func original(topic: String, key: Data) -> Entry? {
-        guard let stored = topics[topic], let seq = stored.keys[Key(key)] else { return nil }
-        let index = Self.firstIndex(in: stored.entries, after: seq - 1)
-        return index < stored.entries.count && stored.entries[index].seq == seq ? stored.entries[index] : nil
+        topics[topic]?.original(key: Key(key))
     }
 
     /// `.current` or `.retired` for a key the topic holds; nil for any
     /// other key (the store tells unknown, unregistered and deleted apart).
     func heldKey(topic: String, key: Data) -> AccessKeyStatus? { topics[topic]?.accessKeys[key] }
 
-    /// Whether the topic holds any access key (it was founded and not
-    /// deleted).
-    func holdsKeys(topic: String) -> Bool { topics[topic]?.accessKeys.isEmpty == false }
 
     /// The first `limit` readable entries after `seq`, in seq order. A copy:
     /// a slice would keep the topic's array shared, and the next append
@@ -257,29 +252,50 @@ struct EnvelopeIndex: Sendable {
         private(set) var logged: [LoggedEntry] = []
         private var nextOffset = SegmentRecord.firstEntryOffset
 
+        init() {}
+
+        /// Room for a batch of `count` publishes, most of them to topics of
+        /// their own: the dictionary is not grown and rehashed along the way.
+        init(reservingCapacity count: Int) {
+            topics.reserveCapacity(count)
+            logged.reserveCapacity(count)
+        }
+
         var isEmpty: Bool { logged.isEmpty }
 
-        func heldKey(topic: String, key: Data, in index: EnvelopeIndex) -> AccessKeyStatus? {
-            topics[topic]?.accessKeys[key] ?? index.heldKey(topic: topic, key: key)
+        /// What an append checks of its topic, from one lookup of the topic
+        /// in the batch and one in the index: the head it appends after,
+        /// the original of a retry, and the status of its access key.
+        struct Look {
+            var head: AppendRules.Head
+            var original: Original?
+            var keyStatus: AccessKeyStatus?
         }
 
-        func holdsKeys(topic: String, in index: EnvelopeIndex) -> Bool {
-            topics[topic]?.accessKeys.isEmpty == false || index.holdsKeys(topic: topic)
-        }
-
-        func head(of topic: String, in index: EnvelopeIndex) -> AppendRules.Head {
-            topics[topic]?.head ?? index.head(of: topic)
-        }
-
-        /// What an earlier publish of this batch stored under `key`, or
-        /// where the index has it.
-        func original(topic: String, key: Data, in index: EnvelopeIndex) -> Original? {
-            if let seq = topics[topic]?.keys[Key(key)],
-                let logged = logged.last(where: { $0.seq == seq && $0.topic == topic })
-            {
-                return .inBatch(logged)
+        func look(topic: String, idempotencyKey: Data?, accessKey: Data?, in index: EnvelopeIndex) -> Look {
+            let delta = topics[topic]
+            let stored = index.topics[topic]
+            var original: Original?
+            if let idempotencyKey {
+                let key = Key(idempotencyKey)
+                if let seq = delta?.keys[key], let logged = logged.last(where: { $0.seq == seq && $0.topic == topic }) {
+                    original = .inBatch(logged)
+                } else if let stored, let entry = stored.original(key: key) {
+                    original = .stored(entry.location)
+                }
             }
-            return index.original(topic: topic, key: key).map { .stored($0.location) }
+            var keyStatus: AccessKeyStatus?
+            if let accessKey {
+                if let held = delta?.accessKeys[accessKey] ?? stored?.accessKeys[accessKey] {
+                    keyStatus = held
+                } else if index.isDeleted(topic) {
+                    keyStatus = .deleted
+                } else {
+                    let holdsKeys = delta?.accessKeys.isEmpty == false || stored?.accessKeys.isEmpty == false
+                    keyStatus = holdsKeys ? .unknown : .unregistered
+                }
+            }
+            return Look(head: delta?.head ?? stored?.head ?? AppendRules.Head(), original: original, keyStatus: keyStatus)
         }
 
         enum Original {
@@ -320,12 +336,16 @@ struct EnvelopeIndex: Sendable {
 
     /// A synced batch, whose record starts at `recordOffset` of `segment`.
     mutating func apply(_ pending: Pending, segment: UInt32, recordOffset: Int) {
+        var entries = 0
+        var bytes = 0
         for (name, delta) in pending.topics {
             changedHeads.insert(name)
             if !delta.accessKeys.isEmpty { changedKeys.insert(name) }
-            let bytes = topics[name, default: Topic()].take(delta, segment: segment, recordOffset: UInt32(recordOffset))
-            count(entries: delta.entries.count, bytes: bytes, in: segment)
+            bytes += topics[name, default: Topic()].take(delta, segment: segment, recordOffset: UInt32(recordOffset))
+            entries += delta.entries.count
         }
+        // The whole record is in one segment: counted there once.
+        count(entries: entries, bytes: bytes, in: segment)
     }
 
     /// Entries of `names` past their expiry, and inbox entries stored
@@ -398,6 +418,13 @@ struct EnvelopeIndex: Sendable {
 }
 
 extension EnvelopeIndex.Topic {
+    /// The stored entry that `key` stored, if it is still there.
+    fileprivate func original(key: EnvelopeIndex.Key) -> EnvelopeIndex.Entry? {
+        guard let seq = keys[key] else { return nil }
+        let index = EnvelopeIndex.firstIndex(in: entries, after: seq - 1)
+        return index < entries.count && entries[index].seq == seq ? entries[index] : nil
+    }
+
     fileprivate mutating func record(_ entry: EnvelopeIndex.Entry) {
         entries.append(entry)
         head.bytes += Int64(entry.payloadBytes)

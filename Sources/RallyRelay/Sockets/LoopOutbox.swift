@@ -27,9 +27,16 @@ final class LoopOutbox: Sendable {
 
     let loop: any EventLoop
     private let waiting = Mutex<[Delivery]>([])
+    /// The drain's own arrays, kept between drains with their capacity: a
+    /// drain swaps its empty one for what waits, so neither the senders'
+    /// array nor the drain's is allocated again per drain.
+    private let drained: NIOLoopBoundBox<[Delivery]>
+    private let toFlush: NIOLoopBoundBox<[any OutboxWriter]>
 
     private init(loop: any EventLoop) {
         self.loop = loop
+        drained = NIOLoopBoundBox.makeBoxSendingValue([], eventLoop: loop)
+        toFlush = NIOLoopBoundBox.makeBoxSendingValue([], eventLoop: loop)
     }
 
     /// One outbox per event loop, for as long as the process runs: a relay
@@ -57,21 +64,36 @@ final class LoopOutbox: Sendable {
 
     /// On the loop: writes what waits, then flushes each socket once.
     private func drain() {
-        let deliveries = waiting.withLock { waiting in
-            defer { waiting.removeAll(keepingCapacity: true) }
-            return waiting
+        var deliveries = drained.value
+        drained.value = []
+        waiting.withLock { swap(&$0, &deliveries) }
+        var writers = toFlush.value
+        toFlush.value = []
+        for delivery in deliveries
+        where delivery.writer.writeWithoutFlush(delivery.frame, isLive: delivery.isLive) == .firstSinceFlush {
+            writers.append(delivery.writer)
         }
-        var written: [ObjectIdentifier: any OutboxWriter] = [:]
-        for delivery in deliveries where delivery.writer.writeWithoutFlush(delivery.frame, isLive: delivery.isLive) {
-            written[ObjectIdentifier(delivery.writer)] = delivery.writer
-        }
-        for writer in written.values { writer.flush() }
+        deliveries.removeAll(keepingCapacity: true)
+        drained.value = deliveries
+        for writer in writers { writer.flushOutbox() }
+        writers.removeAll(keepingCapacity: true)
+        toFlush.value = writers
     }
 }
 
 /// A socket's side of the outbox, called on its loop.
 protocol OutboxWriter: AnyObject, Sendable {
-    /// Writes the frame without flushing; false when nothing was written.
-    func writeWithoutFlush(_ frame: ByteBuffer, isLive: Bool) -> Bool
-    func flush()
+    /// Writes the frame without flushing. A socket flushed by the outbox
+    /// says `.firstSinceFlush` for the first frame it writes after each
+    /// ``flushOutbox()``, so the drain flushes it once however many frames
+    /// it wrote.
+    func writeWithoutFlush(_ frame: ByteBuffer, isLive: Bool) -> OutboxWrite
+    /// Flushes what the outbox wrote.
+    func flushOutbox()
+}
+
+enum OutboxWrite {
+    case skipped
+    case firstSinceFlush
+    case awaitingFlush
 }

@@ -299,11 +299,14 @@ private final class SocketWriter: OutboxWriter {
     /// reaches the socket as one buffer. Until then (and on a test's
     /// embedded channel) frames go through the encoder.
     private let belowEncoder: NIOLoopBoundBox<ChannelHandlerContext?>
+    /// The outbox wrote frames that no flush has sent yet.
+    private let outboxAwaitsFlush: NIOLoopBoundBox<Bool>
 
     init(channel: any Channel) {
         self.channel = channel
         outbox = LoopOutbox.of(channel.eventLoop)
         belowEncoder = NIOLoopBoundBox.makeEmptyBox(valueType: ChannelHandlerContext.self, eventLoop: channel.eventLoop)
+        outboxAwaitsFlush = NIOLoopBoundBox(false, eventLoop: channel.eventLoop)
     }
 
     /// On the loop, once the upgrade has added the frame encoder.
@@ -353,10 +356,17 @@ private final class SocketWriter: OutboxWriter {
         flush()
     }
 
-    func writeWithoutFlush(_ frame: ByteBuffer, isLive: Bool) -> Bool {
-        if isLive, state.withLock({ $0.closed }) { return false }
+    func writeWithoutFlush(_ frame: ByteBuffer, isLive: Bool) -> OutboxWrite {
+        if isLive, state.withLock({ $0.closed }) { return .skipped }
         emit(frame)
-        return true
+        guard !outboxAwaitsFlush.value else { return .awaitingFlush }
+        outboxAwaitsFlush.value = true
+        return .firstSinceFlush
+    }
+
+    func flushOutbox() {
+        outboxAwaitsFlush.value = false
+        flush()
     }
 
     /// On the loop: one binary frame, after everything written before it.
