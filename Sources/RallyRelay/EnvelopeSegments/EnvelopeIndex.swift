@@ -110,7 +110,6 @@ struct EnvelopeIndex: Sendable {
     /// other key (the store tells unknown, unregistered and deleted apart).
     func heldKey(topic: String, key: Data) -> AccessKeyStatus? { topics[topic]?.accessKeys[key] }
 
-
     /// The first `limit` readable entries after `seq`, in seq order. A copy:
     /// a slice would keep the topic's array shared, and the next append
     /// would copy all of it.
@@ -295,7 +294,8 @@ struct EnvelopeIndex: Sendable {
                     keyStatus = holdsKeys ? .unknown : .unregistered
                 }
             }
-            return Look(head: delta?.head ?? stored?.head ?? AppendRules.Head(), original: original, keyStatus: keyStatus)
+            return Look(
+                head: delta?.head ?? stored?.head ?? AppendRules.Head(), original: original, keyStatus: keyStatus)
         }
 
         enum Original {
