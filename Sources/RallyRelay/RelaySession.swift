@@ -49,18 +49,39 @@ actor RelaySession {
         /// Topic proofs verified on this connection; publishes are the hot
         /// path, so a proof's signature is checked once per topic and key.
         var verifiedProofs: Set<ProofKey> = []
-        /// The one a publish found last: a publisher sends to one topic
-        /// after another, and comparing it costs less than hashing.
-        var lastVerified: ProofKey?
+        /// The topic and key a proof verified last, with the topic's
+        /// validated name: a publisher sends to one topic after another,
+        /// and comparing the name and key costs less than validating the
+        /// name again and hashing it.
+        var lastVerified: VerifiedTopic?
         /// The address's and identity's publish limits, looked up by the
         /// first publish (again after authentication).
         var rateBuckets: PublishRateBuckets?
 
-        mutating func hasVerified(_ key: ProofKey) -> Bool {
-            if key == lastVerified { return true }
+        mutating func hasVerified(_ key: ProofKey, topic: TopicName) -> Bool {
+            if let lastVerified, lastVerified.matches(key.topic, key.accessKey) { return true }
             guard verifiedProofs.contains(key) else { return false }
-            lastVerified = key
+            lastVerified = VerifiedTopic(topic: topic, accessKey: key.accessKey)
             return true
+        }
+
+        /// The last verified topic, if `publish` names it with its key: a
+        /// name equal to one validated before is valid, and its proof's key
+        /// is one this connection verified for it.
+        func lastVerified(matching publish: WirePublish) -> VerifiedTopic? {
+            guard let lastVerified, publish.hasProof,
+                lastVerified.matches(publish.topic, publish.proof.accessKey)
+            else { return nil }
+            return lastVerified
+        }
+    }
+
+    private struct VerifiedTopic {
+        let topic: TopicName
+        let accessKey: Data
+
+        func matches(_ topicName: String, _ key: Data) -> Bool {
+            topicName == topic.rawValue && key == accessKey
         }
     }
 
@@ -270,7 +291,7 @@ actor RelaySession {
             throw RelayFailure(.forbidden, "this topic needs a topic proof", topic: topic.rawValue)
         }
         let cacheKey = ProofKey(topic: topic.rawValue, accessKey: proof.accessKey)
-        if gate.withLock({ $0.hasVerified(cacheKey) }) { return proof.accessKey }
+        if gate.withLock({ $0.hasVerified(cacheKey, topic: topic) }) { return proof.accessKey }
         let valid = services.origins.current.contains { origin in
             TopicAccess.isValid(
                 proof,
@@ -285,7 +306,7 @@ actor RelaySession {
                 gate.verifiedProofs.removeAll()
             }
             gate.verifiedProofs.insert(cacheKey)
-            gate.lastVerified = cacheKey
+            gate.lastVerified = VerifiedTopic(topic: topic, accessKey: proof.accessKey)
         }
         return proof.accessKey
     }
@@ -318,8 +339,14 @@ actor RelaySession {
         _ publish: WirePublish, requestID: UInt64, on loop: (any EventLoop)?,
         answer: @escaping @Sendable (PublishAnswer) -> Void
     ) throws(RelayFailure) {
-        let topic = try services.validateTopic(publish.topic, forCapability: true)
-        let accessKey = try verifiedAccessKey(publish.hasProof ? publish.proof : nil, topic: topic)
+        let topic: TopicName
+        let accessKey: Data?
+        if let verified = gate.withLock({ $0.lastVerified(matching: publish) }) {
+            (topic, accessKey) = (verified.topic, verified.accessKey)
+        } else {
+            topic = try services.validateTopic(publish.topic, forCapability: true)
+            accessKey = try verifiedAccessKey(publish.hasProof ? publish.proof : nil, topic: topic)
+        }
         let request = try services.validatePublish(publish, to: topic, accessKey: accessKey)
         let now = services.clock.monotonic
         let (taken, identity, cached) = gate.withLock { ($0.bucket.take(now: now), $0.inboxID, $0.rateBuckets) }

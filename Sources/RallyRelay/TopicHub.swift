@@ -36,29 +36,32 @@ final class TopicHub: Sendable {
     }
 
     private struct Entry {
-        let topic: String
         let continuation: AsyncStream<Item>.Continuation
         /// Writes the subscriber's next envelope itself when it may.
         let live: LiveDelivery?
     }
 
     private struct State {
-        var entries: [UInt64: Entry] = [:]
-        var byTopic: [String: Set<UInt64>] = [:]
+        /// The subscribers of each topic, held by topic: a delivery looks
+        /// its topic up once and then only walks them.
+        var byTopic: [String: [UInt64: Entry]] = [:]
+        /// Each live subscription's topic.
+        var topicOf: [UInt64: String] = [:]
         var endedReasons: [UInt64: EndReason] = [:]
         var nextID: UInt64 = 1
         var isShutDown = false
 
         mutating func end(_ id: UInt64, reason: EndReason) {
-            guard let entry = entries.removeValue(forKey: id) else { return }
-            removeFromTopic(id, entry.topic)
+            guard let entry = remove(id) else { return }
             endedReasons[id] = reason
             entry.continuation.finish()
         }
 
-        mutating func removeFromTopic(_ id: UInt64, _ topic: String) {
-            byTopic[topic]?.remove(id)
+        mutating func remove(_ id: UInt64) -> Entry? {
+            guard let topic = topicOf.removeValue(forKey: id) else { return nil }
+            let entry = byTopic[topic]?.removeValue(forKey: id)
             if byTopic[topic]?.isEmpty == true { byTopic[topic] = nil }
+            return entry
         }
     }
 
@@ -76,8 +79,8 @@ final class TopicHub: Sendable {
                 continuation.finish()
                 state.endedReasons[id] = .shutDown
             } else {
-                state.entries[id] = Entry(topic: topic, continuation: continuation, live: live)
-                state.byTopic[topic, default: []].insert(id)
+                state.topicOf[id] = topic
+                state.byTopic[topic, default: [:]][id] = Entry(continuation: continuation, live: live)
             }
             return id
         }
@@ -89,9 +92,7 @@ final class TopicHub: Sendable {
     func unsubscribe(_ id: UInt64) -> EndReason? {
         state.withLock { state in
             if let ended = state.endedReasons.removeValue(forKey: id) { return ended }
-            guard let entry = state.entries.removeValue(forKey: id) else { return nil }
-            state.removeFromTopic(id, entry.topic)
-            entry.continuation.finish()
+            state.remove(id)?.continuation.finish()
             return nil
         }
     }
@@ -108,16 +109,18 @@ final class TopicHub: Sendable {
         deliver(items: envelopes.map { Item(envelope: $0) })
     }
 
+    /// One lock for the whole batch, and one lookup of each item's topic.
+    /// The frame is encoded under the lock, only for a topic someone
+    /// follows: what else takes the lock (subscribing, unsubscribing)
+    /// waits for a batch of encodings, not for a subscriber.
     @discardableResult
     func deliver(items: [Item]) -> Int {
-        var delivered = 0
-        for var item in items {
-            // Encoded outside the lock, and only for a topic someone follows.
-            guard state.withLock({ $0.byTopic[item.envelope.topic] != nil }) else { continue }
-            item.frame = Self.encodedFrame(item.envelope)
-            state.withLock { state in
-                for id in state.byTopic[item.envelope.topic] ?? [] {
-                    guard let entry = state.entries[id] else { continue }
+        state.withLock { state in
+            var delivered = 0
+            for var item in items {
+                guard let subscribers = state.byTopic[item.envelope.topic] else { continue }
+                item.frame = Self.encodedFrame(item.envelope)
+                for (id, entry) in subscribers {
                     if let live = entry.live, live.offer(item) {
                         delivered += 1
                         continue
@@ -134,8 +137,8 @@ final class TopicHub: Sendable {
                     }
                 }
             }
+            return delivered
         }
-        return delivered
     }
 
     /// A live envelope as the WebSocket frame every subscriber receives.
@@ -147,7 +150,7 @@ final class TopicHub: Sendable {
     func shutdown() {
         state.withLock { state in
             state.isShutDown = true
-            for id in Array(state.entries.keys) { state.end(id, reason: .shutDown) }
+            for id in Array(state.topicOf.keys) { state.end(id, reason: .shutDown) }
         }
     }
 

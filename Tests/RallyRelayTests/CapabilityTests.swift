@@ -199,6 +199,16 @@ struct CapabilityTests {
         #expect(try await harness.store.headSeq(topic: Self.topic) == 0)
         publish.proof = .on(harness.session, topic: Self.topic, access: Self.first)
         #expect(await harness.call(5, .publish(publish))?.publishAck.seq == 1)
+        // The connection now skips the checks for this topic and key only:
+        // another key, or this key's proof on another topic, is checked.
+        var otherKey = publishBody(Self.topic, "y")
+        otherKey.proof = Self.second.connectionProof(
+            origin: testOrigin, challengeNonce: Data(count: 32), topic: Self.topic)
+        #expect(await harness.call(8, .publish(otherKey))?.errorCode == .forbidden)
+        var otherTopic = publishBody(groupTopic, "z")
+        otherTopic.proof = publish.proof
+        #expect(await harness.call(9, .publish(otherTopic))?.errorCode == .forbidden)
+        #expect(await harness.call(10, .publish(publish))?.publishAck.seq == 2)
         // Not 64 lowercase hex: not a capability topic id.
         #expect(await harness.call(6, .publish(publishBody("other/abc", "x")))?.errorCode == .invalidTopic)
         #expect(
