@@ -108,8 +108,10 @@ final class RelayServices: Sendable {
             identity: identity.map { identityRates.bucket($0.rawValue, now: now) })
     }
 
-    func checkPublishRate(_ buckets: PublishRateBuckets, topic: String) throws(RelayFailure) {
-        let now = clock.monotonic
+    func checkPublishRate(
+        _ buckets: PublishRateBuckets, topic: String, now: Duration? = nil
+    ) throws(RelayFailure) {
+        let now = now ?? clock.monotonic
         if case .limited(let retryAfter) = buckets.address.take(now: now) {
             throw RelayFailure(
                 .rateLimited, "too many publishes from this address", topic: topic,

@@ -197,8 +197,8 @@ actor RelaySession {
         now.nanoseconds - lastActivityNanoseconds.load(ordering: .relaxed) >= services.limits.idleTimeout.nanoseconds
     }
 
-    private nonisolated func noteActivity() {
-        lastActivityNanoseconds.store(services.clock.monotonic.nanoseconds, ordering: .relaxed)
+    private nonisolated func noteActivity(at now: Duration? = nil) {
+        lastActivityNanoseconds.store((now ?? services.clock.monotonic).nanoseconds, ordering: .relaxed)
     }
 
     /// Ends the connection from outside the transport (a deadline): the
@@ -324,9 +324,11 @@ actor RelaySession {
         _ publish: WirePublish, requestID: UInt64, loop: any EventLoop,
         answer: @escaping @Sendable (PublishAnswer) -> Void
     ) -> RelayFailure? {
-        noteActivity()
+        // One reading of the clock for the activity and the rate limits.
+        let now = services.clock.monotonic
+        noteActivity(at: now)
         do throws(RelayFailure) {
-            try submit(publish, requestID: requestID, on: loop, answer: answer)
+            try submit(publish, requestID: requestID, on: loop, now: now, answer: answer)
             return nil
         } catch {
             return error
@@ -336,7 +338,7 @@ actor RelaySession {
     /// The checks of a publish, in order, then the writer; `answer` gets
     /// the ack or the writer's refusal.
     private nonisolated func submit(
-        _ publish: WirePublish, requestID: UInt64, on loop: (any EventLoop)?,
+        _ publish: WirePublish, requestID: UInt64, on loop: (any EventLoop)?, now: Duration? = nil,
         answer: @escaping @Sendable (PublishAnswer) -> Void
     ) throws(RelayFailure) {
         let topic: TopicName
@@ -348,14 +350,14 @@ actor RelaySession {
             accessKey = try verifiedAccessKey(publish.hasProof ? publish.proof : nil, topic: topic)
         }
         let request = try services.validatePublish(publish, to: topic, accessKey: accessKey)
-        let now = services.clock.monotonic
+        let now = now ?? services.clock.monotonic
         let (taken, identity, cached) = gate.withLock { ($0.bucket.take(now: now), $0.inboxID, $0.rateBuckets) }
         if case .limited(let retryAfter) = taken {
             throw RelayFailure(
                 .rateLimited, "too many publishes on this connection", topic: request.topic,
                 retryAfterMilliseconds: retryAfter)
         }
-        try services.checkPublishRate(cached ?? rateBuckets(identity: identity), topic: request.topic)
+        try services.checkPublishRate(cached ?? rateBuckets(identity: identity), topic: request.topic, now: now)
         let services = services
         // The topic alone: a closure holding the request would copy every
         // field of it once more per publish.
