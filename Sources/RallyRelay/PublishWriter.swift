@@ -20,12 +20,13 @@ protocol SynchronousAppending: RelayStore {
 /// completes only after its commit is durable.
 ///
 /// One queue, in submission order, and one commit at a time. A publish
-/// submitted on a socket's event loop to an idle writer is committed on that
-/// loop, after the loop's reads of this tick (so everything they brought
-/// shares the commit), with the store's synchronous append: no hand-off
-/// between the socket, the commit and the acknowledgement (ADR 0028). A
-/// loop cannot serve its other sockets while it commits, so only that first
-/// commit runs there. What queues meanwhile, and publishes submitted off a
+/// submitted on a socket's event loop to an idle writer whose last commit
+/// carried one publish is committed on that loop, after the loop's reads of
+/// this tick (so everything they brought shares the commit), with the
+/// store's synchronous append: no hand-off between the socket, the commit
+/// and the acknowledgement (ADR 0028). A loop cannot serve its other
+/// sockets while it commits, so only that first commit runs there, and
+/// none while publishers keep several publishes in flight (ADR 0040). What queues meanwhile, and publishes submitted off a
 /// loop (HTTP, tests), are committed on the writers' commit thread with the
 /// same synchronous append, until the queue is empty (ADR 0029). Every
 /// commit to a store without a synchronous append (PostgreSQL) is made by a
@@ -56,10 +57,15 @@ final class PublishWriter: Sendable {
         /// a task; it goes on until the queue is empty.
         var isCommitting = false
         var isClosed = false
+        /// How many publishes the last commit carried: more than one says
+        /// other publishers are about, whose sockets a commit on a loop
+        /// would hold up for its fsync.
+        var lastBatchCount = 0
         /// Waiting for the queue to empty (``close()``).
         var drained: [CheckedContinuation<Void, Never>] = []
 
         mutating func take(upTo maxBatch: Int) -> Batch {
+            lastBatchCount = min(queue.count, maxBatch)
             guard queue.count > maxBatch else {
                 // The whole queue, moved rather than copied: the usual case.
                 defer {
@@ -137,7 +143,9 @@ final class PublishWriter: Sendable {
             state.queue.append(request, completion)
             guard !state.isCommitting else { return .success(Start.none) }
             state.isCommitting = true
-            if let loop, let synchronousStore { return .success(.onLoop(loop, synchronousStore)) }
+            if let loop, let synchronousStore, state.lastBatchCount <= 1 {
+                return .success(.onLoop(loop, synchronousStore))
+            }
             return .success(.elsewhere)
         }
         switch outcome {

@@ -214,7 +214,7 @@ struct WriterTests {
     }
 
     @Test(
-        "a publish to an idle writer is committed and answered on its own event loop; what queues behind that commit goes to the commit thread, in order"
+        "a publish to an idle writer is committed and answered on its own event loop; what queues behind that commit goes to the commit thread, in order, and so does the next publish until a commit carries one publish again"
     )
     func commitsOnTheLoops() async throws {
         let directory = try TemporaryDirectory()
@@ -259,6 +259,22 @@ struct WriterTests {
                 LoopRecordingStore.Commit(loop: 0, synchronous: true, size: 1),
                 LoopRecordingStore.Commit(loop: -1, synchronous: true, size: 2),
             ], "loop a, then the commit thread (on neither loop), both with the synchronous append")
+        // The last commit carried two publishes: while publishers keep more
+        // than one in flight, a commit on a loop would hold that loop's
+        // other sockets for its fsync, so the next goes to the commit
+        // thread. After a commit of one, a loop commits again.
+        for name in ["fourth", "fifth"] {
+            a.execute { submit(name, on: a) }
+            for await _ in done { break }
+        }
+        let later = answers.withLock { $0 }
+        #expect(later["fourth"]?.seq == 4 && later["fourth"]?.onItsLoop == false)
+        #expect(later["fifth"]?.seq == 5 && later["fifth"]?.onItsLoop == true)
+        #expect(
+            store.commits.withLock { Array($0.dropFirst(2)) } == [
+                LoopRecordingStore.Commit(loop: -1, synchronous: true, size: 1),
+                LoopRecordingStore.Commit(loop: 0, synchronous: true, size: 1),
+            ])
         await services.writer.close()
         try await store.close()
         try await group.shutdownGracefully()
