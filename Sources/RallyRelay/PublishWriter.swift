@@ -26,9 +26,10 @@ protocol SynchronousAppending: RelayStore {
 /// store's synchronous append: no hand-off between the socket, the commit
 /// and the acknowledgement (ADR 0028). A loop cannot serve its other
 /// sockets while it commits, so only that first commit runs there, and
-/// none while publishers keep several publishes in flight (ADR 0040). What queues meanwhile, and publishes submitted off a
-/// loop (HTTP, tests), are committed on the writers' commit thread with the
-/// same synchronous append, until the queue is empty (ADR 0029). Every
+/// none while publishers keep several publishes in flight (ADR 0040). What
+/// queues meanwhile, and publishes submitted off a loop (HTTP, tests), are
+/// committed on the writers' commit thread with the same synchronous
+/// append, until the queue is empty (ADR 0029). Every
 /// commit to a store without a synchronous append (PostgreSQL) is made by a
 /// task.
 final class PublishWriter: Sendable {

@@ -97,7 +97,7 @@ final class RelayServices: Sendable {
     /// Publish rate limits shared across connections and transports: per IP
     /// address and, when authenticated, per identity.
     func checkPublishRate(ip: String, identity: InboxID?, topic: String) throws(RelayFailure) {
-        try checkPublishRate(publishRateBuckets(ip: ip, identity: identity), topic: topic)
+        try checkPublishRate(publishRateBuckets(ip: ip, identity: identity), topic: topic, now: clock.monotonic)
     }
 
     /// The buckets of an address and an identity, for a connection to keep.
@@ -108,10 +108,7 @@ final class RelayServices: Sendable {
             identity: identity.map { identityRates.bucket($0.rawValue, now: now) })
     }
 
-    func checkPublishRate(
-        _ buckets: PublishRateBuckets, topic: String, now: Duration? = nil
-    ) throws(RelayFailure) {
-        let now = now ?? clock.monotonic
+    func checkPublishRate(_ buckets: PublishRateBuckets, topic: String, now: Duration) throws(RelayFailure) {
         if case .limited(let retryAfter) = buckets.address.take(now: now) {
             throw RelayFailure(
                 .rateLimited, "too many publishes from this address", topic: topic,

@@ -58,11 +58,18 @@ actor RelaySession {
         /// first publish (again after authentication).
         var rateBuckets: PublishRateBuckets?
 
-        mutating func hasVerified(_ key: ProofKey, topic: TopicName) -> Bool {
-            if let lastVerified, lastVerified.matches(key.topic, key.accessKey) { return true }
-            guard verifiedProofs.contains(key) else { return false }
-            lastVerified = VerifiedTopic(topic: topic, accessKey: key.accessKey)
+        /// Whether a proof of `verified` checked out on this connection
+        /// before; if so it becomes the last verified.
+        mutating func hasVerified(_ verified: VerifiedTopic) -> Bool {
+            guard verifiedProofs.contains(verified.proofKey) else { return false }
+            lastVerified = verified
             return true
+        }
+
+        mutating func noteVerified(_ verified: VerifiedTopic, keeping limit: Int) {
+            if verifiedProofs.count >= limit { verifiedProofs.removeAll() }
+            verifiedProofs.insert(verified.proofKey)
+            lastVerified = verified
         }
 
         /// The last verified topic, if `publish` names it with its key: a
@@ -79,6 +86,8 @@ actor RelaySession {
     private struct VerifiedTopic {
         let topic: TopicName
         let accessKey: Data
+
+        var proofKey: ProofKey { ProofKey(topic: topic.rawValue, accessKey: accessKey) }
 
         func matches(_ topicName: String, _ key: Data) -> Bool {
             topicName == topic.rawValue && key == accessKey
@@ -197,8 +206,10 @@ actor RelaySession {
         now.nanoseconds - lastActivityNanoseconds.load(ordering: .relaxed) >= services.limits.idleTimeout.nanoseconds
     }
 
-    private nonisolated func noteActivity(at now: Duration? = nil) {
-        lastActivityNanoseconds.store((now ?? services.clock.monotonic).nanoseconds, ordering: .relaxed)
+    private nonisolated func noteActivity() { noteActivity(at: services.clock.monotonic) }
+
+    private nonisolated func noteActivity(at now: Duration) {
+        lastActivityNanoseconds.store(now.nanoseconds, ordering: .relaxed)
     }
 
     /// Ends the connection from outside the transport (a deadline): the
@@ -290,8 +301,8 @@ actor RelaySession {
         guard let proof, !proof.accessKey.isEmpty else {
             throw RelayFailure(.forbidden, "this topic needs a topic proof", topic: topic.rawValue)
         }
-        let cacheKey = ProofKey(topic: topic.rawValue, accessKey: proof.accessKey)
-        if gate.withLock({ $0.hasVerified(cacheKey, topic: topic) }) { return proof.accessKey }
+        let verified = VerifiedTopic(topic: topic, accessKey: proof.accessKey)
+        if gate.withLock({ $0.hasVerified(verified) }) { return proof.accessKey }
         let valid = services.origins.current.contains { origin in
             TopicAccess.isValid(
                 proof,
@@ -301,19 +312,13 @@ actor RelaySession {
         guard valid else {
             throw RelayFailure(.forbidden, "the topic proof does not verify on this connection", topic: topic.rawValue)
         }
-        gate.withLock { gate in
-            if gate.verifiedProofs.count >= 4 * services.limits.maxSubscriptionsPerConnection {
-                gate.verifiedProofs.removeAll()
-            }
-            gate.verifiedProofs.insert(cacheKey)
-            gate.lastVerified = VerifiedTopic(topic: topic, accessKey: proof.accessKey)
-        }
+        gate.withLock { $0.noteVerified(verified, keeping: 4 * services.limits.maxSubscriptionsPerConnection) }
         return proof.accessKey
     }
 
     private func publish(_ publish: WirePublish, requestID: UInt64) throws(RelayFailure) {
         let acks = ackContinuation
-        try submit(publish, requestID: requestID, on: nil) { acks.yield($0.frame) }
+        try submit(publish, requestID: requestID, on: nil, now: services.clock.monotonic) { acks.yield($0.frame) }
     }
 
     /// A publish the socket's event loop takes itself, while nothing else
@@ -338,7 +343,7 @@ actor RelaySession {
     /// The checks of a publish, in order, then the writer; `answer` gets
     /// the ack or the writer's refusal.
     private nonisolated func submit(
-        _ publish: WirePublish, requestID: UInt64, on loop: (any EventLoop)?, now: Duration? = nil,
+        _ publish: WirePublish, requestID: UInt64, on loop: (any EventLoop)?, now: Duration,
         answer: @escaping @Sendable (PublishAnswer) -> Void
     ) throws(RelayFailure) {
         let topic: TopicName
@@ -350,7 +355,6 @@ actor RelaySession {
             accessKey = try verifiedAccessKey(publish.hasProof ? publish.proof : nil, topic: topic)
         }
         let request = try services.validatePublish(publish, to: topic, accessKey: accessKey)
-        let now = now ?? services.clock.monotonic
         let (taken, identity, cached) = gate.withLock { ($0.bucket.take(now: now), $0.inboxID, $0.rateBuckets) }
         if case .limited(let retryAfter) = taken {
             throw RelayFailure(

@@ -298,22 +298,15 @@ public final class SQLiteRelayStore: RelayStore, SynchronousAppending {
         return try file.read(at: location).withUnsafeBytes { try SegmentRecord.decodeEntry($0) }
     }
 
-    /// A key's status, from the index alone (with what the batch has
-    /// changed so far).
-    private static func status(topic: String, key: Data, in index: EnvelopeIndex) -> AccessKeyStatus {
-        EnvelopeIndex.Pending().look(topic: topic, idempotencyKey: nil, accessKey: key, in: index).keyStatus
-            ?? .unknown
-    }
-
     public func accessKeyStatus(topic: String, key: Data) async throws -> AccessKeyStatus {
-        index.withLock { Self.status(topic: topic, key: key, in: $0) }
+        index.withLock { $0.keyStatus(topic: topic, key: key) }
     }
 
     public func deleteTopic(_ topic: String, accessKey: Data, nowMilliseconds: Int64) async throws -> TopicDeletion {
         try await onQueue {
             try self.writer.withLock { _ in
                 let (status, count) = self.index.withLock {
-                    (Self.status(topic: topic, key: accessKey, in: $0), $0.entryCount(of: topic))
+                    ($0.keyStatus(topic: topic, key: accessKey), $0.entryCount(of: topic))
                 }
                 switch status {
                 case .deleted: return .alreadyDeleted

@@ -204,15 +204,15 @@ struct CapabilityTests {
         var otherKey = publishBody(Self.topic, "y")
         otherKey.proof = Self.second.connectionProof(
             origin: testOrigin, challengeNonce: Data(count: 32), topic: Self.topic)
-        #expect(await harness.call(8, .publish(otherKey))?.errorCode == .forbidden)
+        #expect(await harness.call(6, .publish(otherKey))?.errorCode == .forbidden)
         var otherTopic = publishBody(groupTopic, "z")
         otherTopic.proof = publish.proof
-        #expect(await harness.call(9, .publish(otherTopic))?.errorCode == .forbidden)
-        #expect(await harness.call(10, .publish(publish))?.publishAck.seq == 2)
+        #expect(await harness.call(7, .publish(otherTopic))?.errorCode == .forbidden)
+        #expect(await harness.call(8, .publish(publish))?.publishAck.seq == 2)
         // Not 64 lowercase hex: not a capability topic id.
-        #expect(await harness.call(6, .publish(publishBody("other/abc", "x")))?.errorCode == .invalidTopic)
+        #expect(await harness.call(9, .publish(publishBody("other/abc", "x")))?.errorCode == .invalidTopic)
         #expect(
-            await harness.call(7, .publish(publishBody("group/" + String(repeating: "AB", count: 32), "x")))?
+            await harness.call(10, .publish(publishBody("group/" + String(repeating: "AB", count: 32), "x")))?
                 .errorCode == .invalidTopic)
         await harness.finish()
     }

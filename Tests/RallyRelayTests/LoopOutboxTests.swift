@@ -15,6 +15,9 @@ private final class RecordingWriter: OutboxWriter {
         var closed = false
         /// Whether every call came on the outbox's loop.
         var onLoop = true
+        /// Written since the last flush: the outbox is told only of the
+        /// first such frame.
+        var awaitsFlush = false
     }
 
     let name: String
@@ -26,29 +29,22 @@ private final class RecordingWriter: OutboxWriter {
         self.loop = loop
     }
 
-    /// Written since the last flush; the outbox is told only of the first.
-    private let awaitsFlush = Mutex(false)
-
     func writeWithoutFlush(_ frame: ByteBuffer, isLive: Bool) -> OutboxWrite {
         let onLoop = loop.inEventLoop
-        let written = record.withLock { record in
+        return record.withLock { record in
             record.onLoop = record.onLoop && onLoop
-            if isLive, record.closed { return false }
+            if isLive, record.closed { return .skipped }
             record.written.append(String(buffer: frame))
-            return true
-        }
-        guard written else { return .skipped }
-        return awaitsFlush.withLock { awaits in
-            defer { awaits = true }
-            return awaits ? .awaitingFlush : .firstSinceFlush
+            defer { record.awaitsFlush = true }
+            return record.awaitsFlush ? .awaitingFlush : .firstSinceFlush
         }
     }
 
     func flushOutbox() {
         let onLoop = loop.inEventLoop
-        awaitsFlush.withLock { $0 = false }
         record.withLock {
             $0.onLoop = $0.onLoop && onLoop
+            $0.awaitsFlush = false
             $0.flushes += 1
         }
     }

@@ -106,9 +106,19 @@ struct EnvelopeIndex: Sendable {
         topics[topic]?.original(key: Key(key))
     }
 
-    /// `.current` or `.retired` for a key the topic holds; nil for any
-    /// other key (the store tells unknown, unregistered and deleted apart).
-    func heldKey(topic: String, key: Data) -> AccessKeyStatus? { topics[topic]?.accessKeys[key] }
+    /// A key's status from the index alone.
+    func keyStatus(topic: String, key: Data) -> AccessKeyStatus {
+        let stored = topics[topic]
+        return keyStatus(topic: topic, held: stored?.accessKeys[key], holdsKeys: stored?.accessKeys.isEmpty == false)
+    }
+
+    /// `held` for a key the topic holds (`.current` or `.retired`); for any
+    /// other, whether the topic was deleted, founded or never created.
+    fileprivate func keyStatus(topic: String, held: AccessKeyStatus?, holdsKeys: Bool) -> AccessKeyStatus {
+        if let held { return held }
+        if isDeleted(topic) { return .deleted }
+        return holdsKeys ? .unknown : .unregistered
+    }
 
     /// The first `limit` readable entries after `seq`, in seq order. A copy:
     /// a slice would keep the topic's array shared, and the next append
@@ -283,16 +293,10 @@ struct EnvelopeIndex: Sendable {
                     original = .stored(entry.location)
                 }
             }
-            var keyStatus: AccessKeyStatus?
-            if let accessKey {
-                if let held = delta?.accessKeys[accessKey] ?? stored?.accessKeys[accessKey] {
-                    keyStatus = held
-                } else if index.isDeleted(topic) {
-                    keyStatus = .deleted
-                } else {
-                    let holdsKeys = delta?.accessKeys.isEmpty == false || stored?.accessKeys.isEmpty == false
-                    keyStatus = holdsKeys ? .unknown : .unregistered
-                }
+            let keyStatus = accessKey.map { accessKey in
+                index.keyStatus(
+                    topic: topic, held: delta?.accessKeys[accessKey] ?? stored?.accessKeys[accessKey],
+                    holdsKeys: delta?.accessKeys.isEmpty == false || stored?.accessKeys.isEmpty == false)
             }
             return Look(
                 head: delta?.head ?? stored?.head ?? AppendRules.Head(), original: original, keyStatus: keyStatus)
