@@ -169,4 +169,23 @@ final class LoadSocket {
             throw .framing(error)
         }
     }
+
+    /// A whole frame already read, left in the reader until the next read.
+    func frameSpanOrNil() throws(WireLoadError) -> ServerFrameReader.FrameSpan? {
+        do {
+            return try reader.nextSpan()
+        } catch {
+            throw .framing(error)
+        }
+    }
+
+    func withPayload<Result>(of span: ServerFrameReader.FrameSpan, _ body: (UnsafeRawBufferPointer) -> Result) -> Result
+    {
+        reader.withPayload(of: span, body)
+    }
+
+    /// A span's frame, copied out: for the frames the run does not skim.
+    func frame(_ span: ServerFrameReader.FrameSpan) -> ServerFrame {
+        ServerFrame(kind: span.kind, payload: withPayload(of: span) { Array($0) })
+    }
 }

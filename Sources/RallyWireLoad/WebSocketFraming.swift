@@ -93,7 +93,16 @@ public struct ServerFrameReader: Sendable {
     /// Bytes read but not yet returned as frames.
     public var pendingBytes: Int { buffer.count - start }
 
+    /// Appends what the socket read. Bytes of frames already returned are
+    /// dropped first, so a ``FrameSpan`` stays valid until the next append.
     public mutating func append(_ bytes: UnsafeRawBufferPointer) {
+        if start == buffer.count {
+            buffer.removeAll(keepingCapacity: true)
+            start = 0
+        } else if start > 64 * 1024 {
+            buffer.removeFirst(start)
+            start = 0
+        }
         buffer.append(contentsOf: bytes)
     }
 
@@ -101,8 +110,31 @@ public struct ServerFrameReader: Sendable {
         bytes.withUnsafeBytes { append($0) }
     }
 
-    /// The next whole frame, or nil until more bytes come.
+    /// A whole frame as the reader holds it: its kind, and where its
+    /// payload lies among the reader's bytes (``withPayload(of:_:)``) until
+    /// the next append. The load generator reads acks and
+    /// deliveries in place: a copy of each payload was a heap allocation
+    /// per frame, in a process that shares the relay's cores.
+    public struct FrameSpan: Equatable, Sendable {
+        public var kind: ServerFrame.Kind
+        public var payload: Range<Int>
+    }
+
+    /// The next whole frame, copied out, or nil until more bytes come.
     public mutating func next() throws(ServerFrameError) -> ServerFrame? {
+        guard let span = try nextSpan() else { return nil }
+        return ServerFrame(kind: span.kind, payload: Array(buffer[span.payload]))
+    }
+
+    /// The bytes of a span ``nextSpan()`` returned since the last append.
+    public func withPayload<Result>(
+        of span: FrameSpan, _ body: (UnsafeRawBufferPointer) throws -> Result
+    ) rethrows -> Result {
+        try buffer.withUnsafeBytes { try body(UnsafeRawBufferPointer(rebasing: $0[span.payload])) }
+    }
+
+    /// The next whole frame, left in place, or nil until more bytes come.
+    public mutating func nextSpan() throws(ServerFrameError) -> FrameSpan? {
         let available = buffer.count - start
         guard available >= 2 else { return nil }
         let first = buffer[start]
@@ -123,7 +155,7 @@ public struct ServerFrameReader: Sendable {
             for index in 0..<8 { length = length << 8 | UInt64(buffer[start + 2 + index]) }
             headerLength = 10
         }
-        let kind: ServerFrame.Kind
+        var kind: ServerFrame.Kind
         switch opcode {
         case 0x0: throw .fragmented
         case 0x1: kind = .text
@@ -138,19 +170,11 @@ public struct ServerFrameReader: Sendable {
         guard length <= UInt64(Self.maxPayloadBytes) else { throw .tooLarge(length) }
         let total = headerLength + Int(length)
         guard available >= total else { return nil }
-        let payload = Array(buffer[(start + headerLength)..<(start + total)])
+        let payload = (start + headerLength)..<(start + total)
         start += total
-        if start == buffer.count {
-            buffer.removeAll(keepingCapacity: true)
-            start = 0
-        } else if start > 64 * 1024 {
-            buffer.removeFirst(start)
-            start = 0
+        if case .close = kind, payload.count >= 2 {
+            kind = .close(code: UInt16(buffer[payload.lowerBound]) << 8 | UInt16(buffer[payload.lowerBound + 1]))
         }
-        if case .close = kind {
-            let code = payload.count >= 2 ? UInt16(payload[0]) << 8 | UInt16(payload[1]) : 1005
-            return ServerFrame(kind: .close(code: code), payload: payload)
-        }
-        return ServerFrame(kind: kind, payload: payload)
+        return FrameSpan(kind: kind, payload: payload)
     }
 }

@@ -58,7 +58,10 @@ public struct WireLoadResult: Sendable {
 /// Blocking: run it on a thread of its own, not on a Swift concurrency
 /// executor.
 public final class WireLoad {
-    private struct Publisher {
+    /// Classes, not structs in the run's arrays: every change of a
+    /// publisher's counters went through a uniqueness check of the array
+    /// and of the publisher's frames.
+    private final class Publisher {
         let socket: LoadSocket
         /// Each message's whole WebSocket frame, masked, waiting only for
         /// its send time.
@@ -71,11 +74,20 @@ public final class WireLoad {
         var acknowledged = 0
         /// When the publish waiting for its ack went out.
         var sentAt: UInt64 = 0
+
+        init(socket: LoadSocket, frames: [[UInt8]], stamps: [(offset: Int, mask: UInt64)], firstRequestID: UInt64) {
+            self.socket = socket
+            self.frames = frames
+            self.stamps = stamps
+            self.firstRequestID = firstRequestID
+        }
     }
 
-    private struct Subscriber {
+    private final class Subscriber {
         let socket: LoadSocket
         var received = 0
+
+        init(socket: LoadSocket) { self.socket = socket }
     }
 
     private let plan: WireLoadPlan
@@ -234,16 +246,16 @@ public final class WireLoad {
     }
 
     /// Sends `publisher`'s next message, stamped now.
-    private func sendNext(_ index: Int) throws(WireLoadError) {
-        let sequence = publishers[index].sent
-        let (offset, mask) = publishers[index].stamps[sequence]
+    private func sendNext(_ publisher: Publisher) throws(WireLoadError) {
+        let sequence = publisher.sent
+        let (offset, mask) = publisher.stamps[sequence]
         let stamp = DispatchTime.now().uptimeNanoseconds
-        publishers[index].frames[sequence].withUnsafeMutableBytes { frame in
+        publisher.frames[sequence].withUnsafeMutableBytes { frame in
             frame.storeBytes(of: stamp ^ mask, toByteOffset: offset, as: UInt64.self)
         }
-        try publishers[index].socket.send(publishers[index].frames[sequence])
-        publishers[index].sent += 1
-        publishers[index].sentAt = stamp
+        try publisher.socket.send(publisher.frames[sequence])
+        publisher.sent += 1
+        publisher.sentAt = stamp
     }
 
     /// The timed part: every publisher publishes its messages, one at a
@@ -256,7 +268,7 @@ public final class WireLoad {
         result.latenciesMs.reserveCapacity(expectedDeliveries)
         result.ackLatenciesMs.reserveCapacity(perClient * publishers.count)
         let start = DispatchTime.now().uptimeNanoseconds
-        for index in publishers.indices where perClient > 0 { try sendNext(index) }
+        for publisher in publishers where perClient > 0 { try sendNext(publisher) }
         while result.acknowledged < perClient * publishers.count || result.delivered < expectedDeliveries {
             guard try descriptors.wait(timeoutMilliseconds: Int32(Self.stallSeconds * 1000)) else {
                 throw .stalled(
@@ -284,15 +296,17 @@ public final class WireLoad {
     }
 
     private func receiveAcks(_ index: Int, into result: inout WireLoadResult) throws(WireLoadError) {
-        guard try publishers[index].socket.readAvailable() else { throw .closedByRelay(code: nil) }
-        while let frame = try publishers[index].socket.frameOrNil() {
-            try answerPing(frame, on: publishers[index].socket)
-            let expected = publishers[index].firstRequestID + UInt64(publishers[index].acknowledged)
-            let skimmed = Self.skim(frame)
+        let publisher = publishers[index]
+        let socket = publisher.socket
+        guard try socket.readAvailable() else { throw .closedByRelay(code: nil) }
+        while let span = try socket.frameSpanOrNil() {
+            try answerPing(span, on: socket)
+            let expected = publisher.firstRequestID + UInt64(publisher.acknowledged)
+            let skimmed = Self.skim(span, on: socket)
             if skimmed?.body != .publishAck || skimmed?.requestID != expected {
                 // Anything but the expected ack is decoded in full, which
                 // says what it is.
-                guard let reply = try Self.decode(frame) else { continue }
+                guard let reply = try Self.decode(socket.frame(span)) else { continue }
                 guard case .publishAck? = reply.body, reply.requestID == expected else {
                     throw .unexpected(
                         "request \(reply.requestID) answered with \(reply.body.map { "\($0)" } ?? "nothing"), expected the ack of \(expected)"
@@ -300,26 +314,30 @@ public final class WireLoad {
                 }
             }
             let now = DispatchTime.now().uptimeNanoseconds
-            result.ackLatenciesMs.append(Double(now &- publishers[index].sentAt) / 1_000_000)
-            publishers[index].acknowledged += 1
+            result.ackLatenciesMs.append(Double(now &- publisher.sentAt) / 1_000_000)
+            publisher.acknowledged += 1
             result.acknowledged += 1
-            if publishers[index].sent < plan.messagesPerClient { try sendNext(index) }
+            if publisher.sent < plan.messagesPerClient { try sendNext(publisher) }
         }
     }
 
     private func receiveDeliveries(_ index: Int, into result: inout WireLoadResult) throws(WireLoadError) {
-        guard try subscribers[index].socket.readAvailable() else { throw .closedByRelay(code: nil) }
-        while let frame = try subscribers[index].socket.frameOrNil() {
-            try answerPing(frame, on: subscribers[index].socket)
+        let subscriber = subscribers[index]
+        let socket = subscriber.socket
+        guard try socket.readAvailable() else { throw .closedByRelay(code: nil) }
+        while let span = try socket.frameSpanOrNil() {
+            try answerPing(span, on: socket)
+            let skimmedSentAt: UInt64? = socket.withPayload(of: span) { bytes in
+                guard span.kind == .binary, let skimmed = SkimmedServerFrame.skim(bytes), skimmed.body == .envelope,
+                    let payload = skimmed.payload, payload.count >= 8
+                else { return nil }
+                return bytes.loadUnaligned(fromByteOffset: payload.lowerBound, as: UInt64.self)
+            }
             let sentAt: UInt64
-            if let skimmed = Self.skim(frame), skimmed.body == .envelope, let payload = skimmed.payload,
-                payload.count >= 8
-            {
-                sentAt = frame.payload.withUnsafeBytes {
-                    $0.loadUnaligned(fromByteOffset: payload.lowerBound, as: UInt64.self)
-                }
+            if let skimmedSentAt {
+                sentAt = skimmedSentAt
             } else {
-                guard let reply = try Self.decode(frame) else { continue }
+                guard let reply = try Self.decode(socket.frame(span)) else { continue }
                 guard case .envelope(let envelope)? = reply.body, envelope.payload.count >= 8 else {
                     throw .unexpected("\(reply.body.map { "\($0)" } ?? "nothing") on a subscription")
                 }
@@ -327,21 +345,21 @@ public final class WireLoad {
             }
             let now = DispatchTime.now().uptimeNanoseconds
             result.latenciesMs.append(Double(now &- sentAt) / 1_000_000)
-            subscribers[index].received += 1
+            subscriber.received += 1
             result.delivered += 1
         }
     }
 
-    /// A binary frame's ack or envelope, read without decoding it.
-    private static func skim(_ frame: ServerFrame) -> SkimmedServerFrame? {
-        guard frame.kind == .binary else { return nil }
-        return frame.payload.withUnsafeBytes { SkimmedServerFrame.skim($0) }
+    /// A binary frame's ack or envelope, read in place without decoding it.
+    private static func skim(_ span: ServerFrameReader.FrameSpan, on socket: LoadSocket) -> SkimmedServerFrame? {
+        guard span.kind == .binary else { return nil }
+        return socket.withPayload(of: span) { SkimmedServerFrame.skim($0) }
     }
 
-    private func answerPing(_ frame: ServerFrame, on socket: LoadSocket) throws(WireLoadError) {
-        guard frame.kind == .ping else { return }
+    private func answerPing(_ span: ServerFrameReader.FrameSpan, on socket: LoadSocket) throws(WireLoadError) {
+        guard span.kind == .ping else { return }
         var pong: [UInt8] = []
-        ClientFrameEncoder.appendFrame(frame.payload, mask: nextMask(), opcode: 0xA, to: &pong)
+        socket.withPayload(of: span) { ClientFrameEncoder.appendFrame($0, mask: nextMask(), opcode: 0xA, to: &pong) }
         try socket.send(pong)
     }
 }

@@ -69,6 +69,26 @@ struct WireLoadTests {
         #expect(try reader.next()?.payload == Array(repeating: 3, count: 300))
     }
 
+    @Test("spans read frames in place, the same bytes next() copies, until the next append")
+    func spansInPlace() throws {
+        let payloads: [[UInt8]] = [[1, 2, 3], Array(repeating: 7, count: 300), []]
+        var reader = ServerFrameReader()
+        reader.append(payloads.flatMap { Self.serverFrame($0) } + Array(Self.serverFrame([9, 9]).prefix(3)))
+        var spans: [ServerFrameReader.FrameSpan] = []
+        while let span = try reader.nextSpan() { spans.append(span) }
+        // Every span is still readable after the ones behind it were cut.
+        #expect(spans.map { span in reader.withPayload(of: span) { Array($0) } } == payloads)
+        #expect(spans.allSatisfy { $0.kind == .binary })
+        #expect(reader.pendingBytes == 3)
+        // The next append drops what was returned and keeps the partial frame.
+        reader.append(Array(Self.serverFrame([9, 9]).dropFirst(3)))
+        let last = try reader.next()
+        #expect(last?.kind == .binary && last?.payload == [9, 9])
+        #expect(reader.pendingBytes == 0)
+        reader.append(Self.serverFrame([0x03, 0xE8], first: 0x88))
+        #expect(try reader.nextSpan()?.kind == .close(code: 1000))
+    }
+
     @Test("control frames: ping, pong and close with its code")
     func controlFrames() throws {
         var reader = ServerFrameReader()
