@@ -62,7 +62,7 @@ final class PublishWriter: Sendable {
         /// other publishers are about, whose sockets a commit on a loop
         /// would hold up for its fsync.
         var lastBatchCount = 0
-        /// Waiting for the queue to empty (``close()``).
+        /// Waiting for the queue to empty (``close()``, ``untilIdle()``).
         var drained: [CheckedContinuation<Void, Never>] = []
 
         mutating func take(upTo maxBatch: Int) -> Batch {
@@ -192,9 +192,20 @@ final class PublishWriter: Sendable {
 
     /// Refuses new publishes and waits until every queued one is committed.
     func close() async {
+        await untilIdle(closing: true)
+    }
+
+    /// Waits until no commit is scheduled or running. A publisher's
+    /// completion runs inside its commit, before the writer goes idle:
+    /// what is submitted from a completion still joins that commit.
+    func untilIdle() async {
+        await untilIdle(closing: false)
+    }
+
+    private func untilIdle(closing: Bool) async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             let done = state.withLock { state in
-                state.isClosed = true
+                if closing { state.isClosed = true }
                 guard state.isCommitting else { return true }
                 state.drained.append(continuation)
                 return false

@@ -263,7 +263,11 @@ struct WriterTests {
         // than one in flight, a commit on a loop would hold that loop's
         // other sockets for its fsync, so the next goes to the commit
         // thread. After a commit of one, a loop commits again.
+        // A publish is answered inside its commit: each is submitted once
+        // the commit before it has ended, or it would join that commit
+        // wherever it runs.
         for name in ["fourth", "fifth"] {
+            await services.writer.untilIdle()
             a.execute { submit(name, on: a) }
             for await _ in done { break }
         }
