@@ -30,11 +30,6 @@ actor RelaySession {
         let task: Task<Void, Never>
     }
 
-    private struct ProofKey: Hashable {
-        let topic: String
-        let accessKey: Data
-    }
-
     let services: RelayServices
     nonisolated let challengeNonce: Data
     /// The client's IP address: the key of the per-IP limits.
@@ -48,7 +43,7 @@ actor RelaySession {
         var bucket: TokenBucket
         /// Topic proofs verified on this connection; publishes are the hot
         /// path, so a proof's signature is checked once per topic and key.
-        var verifiedProofs: Set<ProofKey> = []
+        var verifiedProofs: Set<VerifiedTopic> = []
         /// The topic and key a proof verified last, with the topic's
         /// validated name: a publisher sends to one topic after another,
         /// and comparing the name and key costs less than validating the
@@ -61,14 +56,14 @@ actor RelaySession {
         /// Whether a proof of `verified` checked out on this connection
         /// before; if so it becomes the last verified.
         mutating func hasVerified(_ verified: VerifiedTopic) -> Bool {
-            guard verifiedProofs.contains(verified.proofKey) else { return false }
+            guard verifiedProofs.contains(verified) else { return false }
             lastVerified = verified
             return true
         }
 
         mutating func noteVerified(_ verified: VerifiedTopic, keeping limit: Int) {
             if verifiedProofs.count >= limit { verifiedProofs.removeAll() }
-            verifiedProofs.insert(verified.proofKey)
+            verifiedProofs.insert(verified)
             lastVerified = verified
         }
 
@@ -83,14 +78,21 @@ actor RelaySession {
         }
     }
 
-    private struct VerifiedTopic {
+    /// A topic and the access key whose proof verified for it. Equal and
+    /// hashed by the name and the key: a name's kind follows from it.
+    private struct VerifiedTopic: Hashable {
         let topic: TopicName
         let accessKey: Data
 
-        var proofKey: ProofKey { ProofKey(topic: topic.rawValue, accessKey: accessKey) }
-
         func matches(_ topicName: String, _ key: Data) -> Bool {
             topicName == topic.rawValue && key == accessKey
+        }
+
+        static func == (a: Self, b: Self) -> Bool { a.matches(b.topic.rawValue, b.accessKey) }
+
+        func hash(into hasher: inout Hasher) {
+            hasher.combine(topic.rawValue)
+            hasher.combine(accessKey)
         }
     }
 

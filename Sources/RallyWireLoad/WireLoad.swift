@@ -58,9 +58,8 @@ public struct WireLoadResult: Sendable {
 /// Blocking: run it on a thread of its own, not on a Swift concurrency
 /// executor.
 public final class WireLoad {
-    /// Classes, not structs in the run's arrays: every change of a
-    /// publisher's counters went through a uniqueness check of the array
-    /// and of the publisher's frames.
+    /// A class, not a struct in the run's array: as a struct, every change
+    /// of its counters went through a uniqueness check of the array.
     private final class Publisher {
         let socket: LoadSocket
         /// Each message's whole WebSocket frame, masked, waiting only for
@@ -83,16 +82,11 @@ public final class WireLoad {
         }
     }
 
-    private final class Subscriber {
-        let socket: LoadSocket
-        var received = 0
-
-        init(socket: LoadSocket) { self.socket = socket }
-    }
-
     private let plan: WireLoadPlan
     private var publishers: [Publisher] = []
-    private var subscribers: [Subscriber] = []
+    /// The subscriber connections; what they receive is counted in the
+    /// run's result.
+    private var subscribers: [LoadSocket] = []
     private var maskState: UInt64 = UInt64.random(in: 1 ... .max)
 
     /// How long the run waits for any frame before it gives up.
@@ -131,7 +125,7 @@ public final class WireLoad {
                 guard case .subscribed? = reply.body else {
                     throw .unexpected("\(reply.body.map { "\($0)" } ?? "none") instead of subscribed")
                 }
-                subscribers.append(Subscriber(socket: socket))
+                subscribers.append(socket)
             }
         }
         for (index, client) in topics.enumerated() {
@@ -261,7 +255,7 @@ public final class WireLoad {
     /// The timed part: every publisher publishes its messages, one at a
     /// time, until every message is acknowledged and delivered.
     public func run() throws(WireLoadError) -> WireLoadResult {
-        var descriptors = try ReadyDescriptors(publishers.map(\.socket.fd) + subscribers.map(\.socket.fd))
+        var descriptors = try ReadyDescriptors(publishers.map(\.socket.fd) + subscribers.map(\.fd))
         let perClient = plan.messagesPerClient
         let expectedDeliveries = perClient * subscribers.count
         var result = WireLoadResult()
@@ -322,8 +316,7 @@ public final class WireLoad {
     }
 
     private func receiveDeliveries(_ index: Int, into result: inout WireLoadResult) throws(WireLoadError) {
-        let subscriber = subscribers[index]
-        let socket = subscriber.socket
+        let socket = subscribers[index]
         guard try socket.readAvailable() else { throw .closedByRelay(code: nil) }
         while let span = try socket.frameSpanOrNil() {
             try answerPing(span, on: socket)
@@ -345,7 +338,6 @@ public final class WireLoad {
             }
             let now = DispatchTime.now().uptimeNanoseconds
             result.latenciesMs.append(Double(now &- sentAt) / 1_000_000)
-            subscriber.received += 1
             result.delivered += 1
         }
     }

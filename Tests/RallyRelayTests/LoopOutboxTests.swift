@@ -29,14 +29,14 @@ private final class RecordingWriter: OutboxWriter {
         self.loop = loop
     }
 
-    func writeWithoutFlush(_ frame: ByteBuffer, isLive: Bool) -> OutboxWrite {
+    func writeWithoutFlush(_ frame: ByteBuffer, isLive: Bool) -> Bool {
         let onLoop = loop.inEventLoop
         return record.withLock { record in
             record.onLoop = record.onLoop && onLoop
-            if isLive, record.closed { return .skipped }
+            if isLive, record.closed { return false }
             record.written.append(String(buffer: frame))
             defer { record.awaitsFlush = true }
-            return record.awaitsFlush ? .awaitingFlush : .firstSinceFlush
+            return !record.awaitsFlush
         }
     }
 

@@ -70,7 +70,7 @@ final class LoopOutbox: Sendable {
         var writers = toFlush.value
         toFlush.value = []
         for delivery in deliveries
-        where delivery.writer.writeWithoutFlush(delivery.frame, isLive: delivery.isLive) == .firstSinceFlush {
+        where delivery.writer.writeWithoutFlush(delivery.frame, isLive: delivery.isLive) {
             writers.append(delivery.writer)
         }
         deliveries.removeAll(keepingCapacity: true)
@@ -83,17 +83,11 @@ final class LoopOutbox: Sendable {
 
 /// A socket's side of the outbox, called on its loop.
 protocol OutboxWriter: AnyObject, Sendable {
-    /// Writes the frame without flushing. A socket flushed by the outbox
-    /// says `.firstSinceFlush` for the first frame it writes after each
-    /// ``flushOutbox()``, so the drain flushes it once however many frames
-    /// it wrote.
-    func writeWithoutFlush(_ frame: ByteBuffer, isLive: Bool) -> OutboxWrite
+    /// Writes the frame without flushing. True only for the first frame
+    /// written since the last ``flushOutbox()``, so the drain flushes each
+    /// socket once however many frames it wrote; false also when nothing
+    /// was written (a live frame to a closed socket).
+    func writeWithoutFlush(_ frame: ByteBuffer, isLive: Bool) -> Bool
     /// Flushes what the outbox wrote.
     func flushOutbox()
-}
-
-enum OutboxWrite {
-    case skipped
-    case firstSinceFlush
-    case awaitingFlush
 }

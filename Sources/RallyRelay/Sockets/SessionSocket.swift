@@ -356,12 +356,12 @@ private final class SocketWriter: OutboxWriter {
         flush()
     }
 
-    func writeWithoutFlush(_ frame: ByteBuffer, isLive: Bool) -> OutboxWrite {
-        if isLive, state.withLock({ $0.closed }) { return .skipped }
+    func writeWithoutFlush(_ frame: ByteBuffer, isLive: Bool) -> Bool {
+        if isLive, state.withLock({ $0.closed }) { return false }
         emit(frame)
-        guard !outboxAwaitsFlush.value else { return .awaitingFlush }
+        guard !outboxAwaitsFlush.value else { return false }
         outboxAwaitsFlush.value = true
-        return .firstSinceFlush
+        return true
     }
 
     func flushOutbox() {
