@@ -83,6 +83,20 @@ public struct PublicIdentity: Sendable, Hashable {
         self.inboxID = InboxID(signingPublicKey: signingKey.rawRepresentation)
     }
 
+    /// For keys read from bytes: the inbox id is hashed from those bytes,
+    /// without copying them back out of the key (a group's state decodes
+    /// one identity per member).
+    private init(
+        signingKey: Curve25519.Signing.PublicKey, signingKeyBytes: Data,
+        agreementKey: Curve25519.KeyAgreement.PublicKey, displayName: String, createdAt: Date
+    ) {
+        self.signingKey = signingKey
+        self.agreementKey = agreementKey
+        self.displayName = displayName
+        self.createdAt = createdAt
+        self.inboxID = InboxID(signingPublicKey: signingKeyBytes)
+    }
+
     /// Reads a key bundle received from anywhere: checks key sizes and the
     /// name length. It does not check a signature (a bare bundle has none).
     public init(wire bundle: WireKeyBundle) throws(RallyCryptoError) {
@@ -94,7 +108,8 @@ public struct PublicIdentity: Sendable, Hashable {
             let agreement = try Curve25519.KeyAgreement.PublicKey(
                 rawRepresentation: bundle.agreementPublicKey)
             self.init(
-                signingKey: signing, agreementKey: agreement, displayName: bundle.displayName,
+                signingKey: signing, signingKeyBytes: bundle.signingPublicKey, agreementKey: agreement,
+                displayName: bundle.displayName,
                 createdAt: Date(timeIntervalSince1970: Double(bundle.createdAtMs) / 1000))
         } catch {
             throw .invalidPublicKey("key bundle keys must be 32 bytes each")

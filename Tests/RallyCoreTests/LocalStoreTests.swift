@@ -347,6 +347,100 @@ struct LocalStoreTests {
         #expect(rewritten == FrameCodec.encode(next.state.snapshot))
     }
 
+    /// A welcome's keys and its records go in one transaction, committed
+    /// with FULL sync, when the keys live in the home's database: one
+    /// commit and one fsync, and never records without their keys.
+    @Test func aWelcomeAndItsKeysAreOneFullSyncCommit() throws {
+        let temp = TemporaryHome()
+        defer { temp.remove() }
+        let (owner, record) = try createdGroup()
+        let store = try temp.openStore()
+        let statements = Mutex<[String]>([])
+        store.queue.writeWithoutTransaction { db in
+            db.trace { event in statements.withLock { $0.append("\(event)") } }
+        }
+        let epochKey = EpochKeys.newKey()
+        #expect(
+            try store.ingestWelcome(
+                record, snapshot: FrameCodec.encode(record.state.snapshot), epochKey: (1, epochKey), groupCursor: 1,
+                inboxTopic: topic, inboxSeq: 1, message: welcomeMessage(from: owner), now: Fixtures.created))
+        let run = statements.withLock { $0 }
+        #expect(run.filter { $0.uppercased().hasPrefix("COMMIT") }.count == 1)
+        #expect(run.filter { $0 == "PRAGMA synchronous = FULL" }.count == 1)
+        let full = try #require(run.firstIndex(of: "PRAGMA synchronous = FULL"))
+        let commit = try #require(run.firstIndex { $0.uppercased().hasPrefix("COMMIT") })
+        let secrets = run.indices.filter { run[$0].contains("INTO secret") }
+        let group = try #require(
+            run.firstIndex { $0.contains("INTO \"group_info\"") || $0.contains("INTO group_info") })
+        #expect(secrets.count == 2 && secrets.allSatisfy { full < $0 && $0 < commit })
+        #expect(full < group && group < commit)
+        let reopened = try temp.openStore()
+        #expect(
+            try reopened.secret(.epochKey(group: record.groupID, epoch: 1)) == epochKey.withUnsafeBytes { Data($0) })
+        #expect(try reopened.secret(.topicAccess(record.topicID)) == record.accessSecret)
+        #expect(try reopened.group(record.groupID)?.state == record.state)
+    }
+
+    /// Keys kept outside the database (a Keychain) are stored there before
+    /// the welcome's one NORMAL transaction, never in the database.
+    @Test func aWelcomesKeysKeptElsewhereAreStoredBeforeItsRecords() throws {
+        final class Recording: SecretStore {
+            let stored = Mutex<[SecretName: Data]>([:])
+            func secret(named name: SecretName) throws -> Data? { stored.withLock { $0[name] } }
+            func setSecret(_ secret: Data, named name: SecretName) throws { stored.withLock { $0[name] = secret } }
+            func removeSecret(named name: SecretName) throws { _ = stored.withLock { $0.removeValue(forKey: name) } }
+        }
+        let temp = TemporaryHome()
+        defer { temp.remove() }
+        let (owner, record) = try createdGroup()
+        let keychain = Recording()
+        let store = try LocalStore(home: temp.home, secrets: keychain)
+        let statements = Mutex<[String]>([])
+        store.queue.writeWithoutTransaction { db in
+            db.trace { event in statements.withLock { $0.append("\(event)") } }
+        }
+        let keysWhenRecordsWent = Mutex<Int?>(nil)
+        store.queue.writeWithoutTransaction { db in
+            db.add(
+                transactionObserver: CommitWatcher {
+                    let keys = keychain.stored.withLock { $0.count }
+                    keysWhenRecordsWent.withLock { $0 = keys }
+                }, extent: .databaseLifetime)
+        }
+        let epochKey = EpochKeys.newKey()
+        #expect(
+            try store.ingestWelcome(
+                record, snapshot: FrameCodec.encode(record.state.snapshot), epochKey: (1, epochKey), groupCursor: 1,
+                inboxTopic: topic, inboxSeq: 1, message: welcomeMessage(from: owner), now: Fixtures.created))
+        let run = statements.withLock { $0 }
+        #expect(run.filter { $0.uppercased().hasPrefix("COMMIT") }.count == 1)
+        #expect(!run.contains("PRAGMA synchronous = FULL"))
+        #expect(!run.contains { $0.contains("INTO secret") })
+        #expect(keysWhenRecordsWent.withLock { $0 } == 2)
+        #expect(
+            keychain.stored.withLock { $0[.epochKey(group: record.groupID, epoch: 1)] }
+                == epochKey.withUnsafeBytes { Data($0) })
+    }
+
+    /// Calls `committed` when a transaction that changed something commits.
+    private final class CommitWatcher: TransactionObserver {
+        let committed: @Sendable () -> Void
+        init(_ committed: @escaping @Sendable () -> Void) { self.committed = committed }
+        func observes(eventsOfKind eventKind: DatabaseEventKind) -> Bool { true }
+        func databaseDidChange(with event: DatabaseEvent) {}
+        func databaseWillCommit() throws { committed() }
+        func databaseDidCommit(_ db: Database) {}
+        func databaseDidRollback(_ db: Database) {}
+    }
+
+    private func welcomeMessage(from owner: Identity) -> StoredMessage {
+        StoredMessage(
+            id: "w1", conversation: owner.inboxID.rawValue, outgoing: false, sender: owner.inboxID,
+            senderName: "Olive", sentAt: Fixtures.created, receivedAt: Fixtures.created, topic: topic.rawValue, seq: 1,
+            contentType: GroupWelcomeCodec.contentType.description, encodedContent: Data(), displayText: "welcome",
+            isKnownType: true)
+    }
+
     /// v11-welcome-copies: welcomes stored before it kept the group's keys
     /// and state; afterwards each keeps what it shows. Other messages, and
     /// a welcome that does not decode, stay as they were.

@@ -81,7 +81,10 @@ struct JoinService: Sendable {
 
     /// The attempt with this request id (or a unique prefix of it).
     func attempt(_ requestID: String) throws(RallyClientError) -> JoinAttempt {
-        let matches = try attempts().filter { $0.requestID.hasPrefix(requestID.lowercased()) }
+        // Two are enough to tell a unique prefix from an ambiguous one.
+        let matches = try context.stored { () throws(LocalStoreError) in
+            try store.joinAttempts(requestIDPrefix: requestID.lowercased(), limit: 2)
+        }
         guard matches.count == 1, let attempt = matches.first else {
             throw .invite(.noJoin(matches.isEmpty ? "\"\(requestID)\"" : "matches \"\(requestID)\" uniquely"))
         }
@@ -157,7 +160,7 @@ struct JoinService: Sendable {
         guard message.contentType == InviteJoinErrorCodec.contentType.description,
             let content = try? WireEncodedContent(serializedBytes: message.encodedContent),
             let error = context.codecs.decode(content).value as? InviteJoinError,
-            let attempts = try? store.joinAttempts(),
+            let attempts = try? store.joinAttempts(tag: error.inviteTag),
             attempts.contains(where: { attempt in
                 !attempt.isFinal && attempt.invite.tag == error.inviteTag
                     && Data(hexString: attempt.requestID).map {
@@ -174,7 +177,7 @@ struct JoinService: Sendable {
     private func pendingNotice(in message: StoredMessage) -> JoinEventForStore? {
         guard let content = try? WireEncodedContent(serializedBytes: message.encodedContent),
             let notice = context.codecs.decode(content).value as? WireJoinPendingNotice,
-            let attempts = try? store.joinAttempts(),
+            let attempts = try? store.joinAttempts(tag: notice.inviteTag),
             attempts.contains(where: { attempt in
                 !attempt.isFinal && attempt.invite.tag == notice.inviteTag
                     && Data(hexString: attempt.requestID).map {
@@ -196,7 +199,9 @@ struct JoinService: Sendable {
     /// member and that request.
     func match(_ welcome: WireGroupWelcome, from sender: InboxID) -> WelcomeJoinMatch {
         guard !welcome.inviteTag.isEmpty else { return .notAJoinAnswer }
-        guard let tag = Data(hexString: welcome.inviteTag), let attempts = try? store.joinAttempts() else {
+        guard let tag = Data(hexString: welcome.inviteTag),
+            let attempts = try? store.joinAttempts(tag: welcome.inviteTag)
+        else {
             return .unasked
         }
         for attempt in attempts

@@ -84,6 +84,48 @@ extension LocalStore {
         }
     }
 
+    /// The attempts whose request id starts with `prefix` (a whole id
+    /// names one), at most `limit` of them. A lowercase hex prefix is a
+    /// range of the primary key, so a wait that looks its attempt up on
+    /// every message reads one row, however many joins the home has made.
+    func joinAttempts(requestIDPrefix prefix: String, limit: Int) throws(LocalStoreError) -> [JoinAttempt] {
+        guard let upper = Self.hexPrefixUpperBound(prefix) else {
+            // Anything else (empty, or not hex) matches as it always did.
+            return Array(try joinAttempts().filter { $0.requestID.hasPrefix(prefix) }.prefix(limit))
+        }
+        return try read { db in
+            try db.fetchAll(
+                JoinAttemptRecord.self,
+                cached:
+                    "SELECT * FROM join_attempt WHERE request_id >= ? AND request_id < ? ORDER BY request_id LIMIT ?",
+                [prefix, upper, limit]
+            ).map { try $0.attempt() }
+        }
+    }
+
+    /// The attempts made with the invite `tag` (through its index).
+    func joinAttempts(tag: String) throws(LocalStoreError) -> [JoinAttempt] {
+        try read { db in
+            try db.fetchAll(
+                JoinAttemptRecord.self,
+                cached: "SELECT * FROM join_attempt WHERE tag = ? ORDER BY started_at_ms DESC, request_id", [tag]
+            ).map { try $0.attempt() }
+        }
+    }
+
+    /// The least string above every string that starts with `prefix`, for
+    /// a nonempty prefix of lowercase hex digits (what request ids are
+    /// written in); nil otherwise. The next character after a digit is
+    /// still below every longer id with that prefix in byte order.
+    static func hexPrefixUpperBound(_ prefix: String) -> String? {
+        var bytes = Array(prefix.utf8)
+        guard let last = bytes.last,
+            bytes.allSatisfy({ (0x30...0x39).contains($0) || (0x61...0x66).contains($0) })
+        else { return nil }
+        bytes[bytes.count - 1] = last + 1
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
     /// Applies a local event (sent, cancel) to one attempt and returns it
     /// as it now stands; nil if there is no such attempt.
     func updateJoinAttempt(

@@ -37,6 +37,9 @@ final class LocalStore: Sendable {
     /// Where the identity's private keys, epoch keys and invite seeds are
     /// kept: by default a table of this owner-only database.
     let secrets: any SecretStore
+    /// Whether `secrets` is this database's own table, which a write can
+    /// fill in its own transaction.
+    let secretsInDatabase: Bool
     /// Group states decoded from this database, reused while their stored
     /// bytes stay the same.
     let groupStates = GroupStateCache()
@@ -68,6 +71,7 @@ final class LocalStore: Sendable {
         }
         let own = DatabaseSecretStore(queue: queue)
         self.secrets = secrets ?? own
+        secretsInDatabase = secrets == nil
         if secrets != nil { try Self.handOverSecrets(from: own, queue: queue, to: self.secrets) }
     }
 
@@ -230,6 +234,24 @@ final class LocalStore: Sendable {
     /// Runs `body` in one write transaction (see ``write(_:_:)``).
     func write<T>(_ body: (Database) throws -> T) throws(LocalStoreError) -> T {
         try Self.write(queue, body)
+    }
+
+    /// Stores `secrets` and runs `body` as one durable write. Secrets kept
+    /// in this database go into `body`'s transaction, committed with
+    /// `FULL` sync: one commit and one fsync where there were two. Secrets
+    /// kept elsewhere (a Keychain) are made durable first, so a crash in
+    /// between leaves unused keys, never records without their keys.
+    func write<T>(
+        storing secrets: [(name: SecretName, secret: Data)], _ body: (Database) throws -> T
+    ) throws(LocalStoreError) -> T {
+        guard secretsInDatabase else {
+            try setSecrets(secrets)
+            return try write(body)
+        }
+        return try Self.write(queue, sync: .full) { db in
+            for (name, secret) in secrets { try SecretRecord.set(secret, named: name, db: db) }
+            return try body(db)
+        }
     }
 
     static func read<T>(_ queue: DatabasePool, _ body: (Database) throws -> T) throws(LocalStoreError) -> T {
