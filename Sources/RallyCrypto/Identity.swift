@@ -76,11 +76,9 @@ public struct PublicIdentity: Sendable, Hashable {
         signingKey: Curve25519.Signing.PublicKey, agreementKey: Curve25519.KeyAgreement.PublicKey,
         displayName: String, createdAt: Date
     ) {
-        self.signingKey = signingKey
-        self.agreementKey = agreementKey
-        self.displayName = displayName
-        self.createdAt = createdAt
-        self.inboxID = InboxID(signingPublicKey: signingKey.rawRepresentation)
+        self.init(
+            signingKey: signingKey, signingKeyBytes: signingKey.rawRepresentation, agreementKey: agreementKey,
+            displayName: displayName, createdAt: createdAt)
     }
 
     /// For keys read from bytes: the inbox id is hashed from those bytes,

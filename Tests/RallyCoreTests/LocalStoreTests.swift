@@ -64,12 +64,9 @@ struct LocalStoreTests {
 
         // The home's own secret store writes with FULL: the statements its
         // writer runs for one secret, in order.
-        let statements = Mutex<[String]>([])
-        store.queue.writeWithoutTransaction { db in
-            db.trace { event in statements.withLock { $0.append("\(event)") } }
-        }
+        let statements = WriterTrace(store)
         try store.secrets.setSecret(Data(repeating: 7, count: 32), named: .epochKey(group: "g", epoch: 1))
-        let run = statements.withLock { $0 }
+        let run = statements.run
         let full = try #require(run.firstIndex(of: "PRAGMA synchronous = FULL"))
         let insert = try #require(run.firstIndex { $0.contains("secret") && $0.uppercased().contains("INSERT") })
         let normal = try #require(run.lastIndex(of: "PRAGMA synchronous = NORMAL"))
@@ -81,14 +78,11 @@ struct LocalStoreTests {
         let temp = TemporaryHome()
         defer { temp.remove() }
         let store = try temp.openStore()
-        let statements = Mutex<[String]>([])
-        store.queue.writeWithoutTransaction { db in
-            db.trace { event in statements.withLock { $0.append("\(event)") } }
-        }
+        let statements = WriterTrace(store)
         let epochKey = SecretName.epochKey(group: "g", epoch: 2)
         let access = SecretName.topicAccess("t")
         try store.setSecrets([(epochKey, Data(repeating: 1, count: 32)), (access, Data(repeating: 2, count: 32))])
-        let run = statements.withLock { $0 }
+        let run = statements.run
         #expect(run.filter { $0 == "PRAGMA synchronous = FULL" }.count == 1)
         #expect(run.filter { $0.uppercased().hasPrefix("COMMIT") }.count == 1)
         let full = try #require(run.firstIndex(of: "PRAGMA synchronous = FULL"))
@@ -100,13 +94,7 @@ struct LocalStoreTests {
     }
 
     @Test func aSecretStoreWithoutItsOwnBatchWriteStoresEachSecret() throws {
-        final class Recording: SecretStore {
-            let stored = Mutex<[SecretName: Data]>([:])
-            func secret(named name: SecretName) throws -> Data? { stored.withLock { $0[name] } }
-            func setSecret(_ secret: Data, named name: SecretName) throws { stored.withLock { $0[name] = secret } }
-            func removeSecret(named name: SecretName) throws { _ = stored.withLock { $0.removeValue(forKey: name) } }
-        }
-        let store = Recording()
+        let store = RecordingSecretStore()
         try store.setSecrets([(.topicAccess("a"), Data([1])), (.topicAccess("b"), Data([2]))])
         #expect(store.stored.withLock { $0 } == [.topicAccess("a"): Data([1]), .topicAccess("b"): Data([2])])
     }
@@ -318,17 +306,11 @@ struct LocalStoreTests {
         try wire.merge(serializedBytes: Data([0xBA, 0x3E, 0x03, 0x61, 0x62, 0x63]))
         let received = FrameCodec.encode(wire)
         #expect(received != FrameCodec.encode(record.state.snapshot))
-        let welcome = StoredMessage(
-            id: "w1", conversation: owner.inboxID.rawValue, outgoing: false, sender: owner.inboxID,
-            senderName: "Olive", sentAt: Fixtures.created, receivedAt: Fixtures.created, topic: "inbox/me", seq: 1,
-            contentType: GroupWelcomeCodec.contentType.description, encodedContent: Data(), displayText: "welcome",
-            isKnownType: true)
         let store = try temp.openStore()
         #expect(
             try store.ingestWelcome(
-                record, snapshot: received, epochKey: (1, EpochKeys.newKey()), groupCursor: 1,
-                inboxTopic: try TopicName(validating: "inbox/me"), inboxSeq: 1, message: welcome, now: Fixtures.created)
-        )
+                record, snapshot: received, epochKey: (1, EpochKeys.newKey()), groupCursor: 1, inboxTopic: topic,
+                inboxSeq: 1, message: welcomeMessage(from: owner), now: Fixtures.created))
         let stored = try store.read { db in
             try Data.fetchOne(
                 db, sql: "SELECT snapshot FROM group_info WHERE group_id = ?", arguments: [record.groupID])
@@ -355,16 +337,13 @@ struct LocalStoreTests {
         defer { temp.remove() }
         let (owner, record) = try createdGroup()
         let store = try temp.openStore()
-        let statements = Mutex<[String]>([])
-        store.queue.writeWithoutTransaction { db in
-            db.trace { event in statements.withLock { $0.append("\(event)") } }
-        }
+        let statements = WriterTrace(store)
         let epochKey = EpochKeys.newKey()
         #expect(
             try store.ingestWelcome(
                 record, snapshot: FrameCodec.encode(record.state.snapshot), epochKey: (1, epochKey), groupCursor: 1,
                 inboxTopic: topic, inboxSeq: 1, message: welcomeMessage(from: owner), now: Fixtures.created))
-        let run = statements.withLock { $0 }
+        let run = statements.run
         #expect(run.filter { $0.uppercased().hasPrefix("COMMIT") }.count == 1)
         #expect(run.filter { $0 == "PRAGMA synchronous = FULL" }.count == 1)
         let full = try #require(run.firstIndex(of: "PRAGMA synchronous = FULL"))
@@ -384,21 +363,12 @@ struct LocalStoreTests {
     /// Keys kept outside the database (a Keychain) are stored there before
     /// the welcome's one NORMAL transaction, never in the database.
     @Test func aWelcomesKeysKeptElsewhereAreStoredBeforeItsRecords() throws {
-        final class Recording: SecretStore {
-            let stored = Mutex<[SecretName: Data]>([:])
-            func secret(named name: SecretName) throws -> Data? { stored.withLock { $0[name] } }
-            func setSecret(_ secret: Data, named name: SecretName) throws { stored.withLock { $0[name] = secret } }
-            func removeSecret(named name: SecretName) throws { _ = stored.withLock { $0.removeValue(forKey: name) } }
-        }
         let temp = TemporaryHome()
         defer { temp.remove() }
         let (owner, record) = try createdGroup()
-        let keychain = Recording()
+        let keychain = RecordingSecretStore()
         let store = try LocalStore(home: temp.home, secrets: keychain)
-        let statements = Mutex<[String]>([])
-        store.queue.writeWithoutTransaction { db in
-            db.trace { event in statements.withLock { $0.append("\(event)") } }
-        }
+        let statements = WriterTrace(store)
         let keysWhenRecordsWent = Mutex<Int?>(nil)
         store.queue.writeWithoutTransaction { db in
             db.add(
@@ -412,7 +382,7 @@ struct LocalStoreTests {
             try store.ingestWelcome(
                 record, snapshot: FrameCodec.encode(record.state.snapshot), epochKey: (1, epochKey), groupCursor: 1,
                 inboxTopic: topic, inboxSeq: 1, message: welcomeMessage(from: owner), now: Fixtures.created))
-        let run = statements.withLock { $0 }
+        let run = statements.run
         #expect(run.filter { $0.uppercased().hasPrefix("COMMIT") }.count == 1)
         #expect(!run.contains("PRAGMA synchronous = FULL"))
         #expect(!run.contains { $0.contains("INTO secret") })
@@ -607,4 +577,26 @@ struct LocalStoreTests {
         #expect(try store.groupIDs(status: .active) == stored.filter { $0.status == .active }.map(\.groupID))
         #expect(try store.groupIDs(status: .left) == stored.filter { $0.status == .left }.map(\.groupID))
     }
+}
+
+/// A secret store outside the database (a Keychain's stand-in): what it
+/// holds, by name.
+private final class RecordingSecretStore: SecretStore {
+    let stored = Mutex<[SecretName: Data]>([:])
+    func secret(named name: SecretName) throws -> Data? { stored.withLock { $0[name] } }
+    func setSecret(_ secret: Data, named name: SecretName) throws { stored.withLock { $0[name] = secret } }
+    func removeSecret(named name: SecretName) throws { _ = stored.withLock { $0.removeValue(forKey: name) } }
+}
+
+/// The statements a store's writer connection runs from now on, in order.
+private final class WriterTrace: Sendable {
+    private let statements = Mutex<[String]>([])
+
+    init(_ store: LocalStore) {
+        store.queue.writeWithoutTransaction { db in
+            db.trace { [self] event in statements.withLock { $0.append("\(event)") } }
+        }
+    }
+
+    var run: [String] { statements.withLock { $0 } }
 }

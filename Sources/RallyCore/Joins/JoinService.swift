@@ -162,7 +162,7 @@ struct JoinService: Sendable {
             let error = context.codecs.decode(content).value as? InviteJoinError,
             let attempts = try? store.joinAttempts(tag: error.inviteTag),
             attempts.contains(where: { attempt in
-                !attempt.isFinal && attempt.invite.tag == error.inviteTag
+                !attempt.isFinal
                     && Data(hexString: attempt.requestID).map {
                         InviteJoinError.messageID(forRequest: $0).hexString
                     } == message.id
@@ -179,7 +179,7 @@ struct JoinService: Sendable {
             let notice = context.codecs.decode(content).value as? WireJoinPendingNotice,
             let attempts = try? store.joinAttempts(tag: notice.inviteTag),
             attempts.contains(where: { attempt in
-                !attempt.isFinal && attempt.invite.tag == notice.inviteTag
+                !attempt.isFinal
                     && Data(hexString: attempt.requestID).map {
                         JoinPendingNoticeCodec.messageID(forRequest: $0).hexString
                     } == message.id
@@ -204,8 +204,7 @@ struct JoinService: Sendable {
         else {
             return .unasked
         }
-        for attempt in attempts
-        where attempt.invite.tag == welcome.inviteTag && Data(hexString: attempt.requestID) == welcome.joinRequestID {
+        for attempt in attempts where Data(hexString: attempt.requestID) == welcome.joinRequestID {
             guard attempt.phase != .joined, attempt.phase != .failed else { continue }
             // An admin's welcome is proven by the invite identity; after
             // approval a moderator's (who holds no invite keys) counts when

@@ -39,7 +39,7 @@ final class LocalStore: Sendable {
     let secrets: any SecretStore
     /// Whether `secrets` is this database's own table, which a write can
     /// fill in its own transaction.
-    let secretsInDatabase: Bool
+    var secretsInDatabase: Bool { secrets is DatabaseSecretStore }
     /// Group states decoded from this database, reused while their stored
     /// bytes stay the same.
     let groupStates = GroupStateCache()
@@ -71,7 +71,6 @@ final class LocalStore: Sendable {
         }
         let own = DatabaseSecretStore(queue: queue)
         self.secrets = secrets ?? own
-        secretsInDatabase = secrets == nil
         if secrets != nil { try Self.handOverSecrets(from: own, queue: queue, to: self.secrets) }
     }
 
