@@ -37,28 +37,54 @@ enum Base64URL {
     /// Nil for anything outside the alphabet (padding, `+`, `/`, spaces) or
     /// a length no byte string encodes to.
     static func decode<Bytes: Collection>(_ text: Bytes) -> Data? where Bytes.Element == UInt8 {
+        if let decoded = text.withContiguousStorageIfAvailable({ decode(contiguous: $0) }) { return decoded }
+        return Array(text).withUnsafeBufferPointer { decode(contiguous: $0) }
+    }
+
+    /// Four characters to three bytes at a time, through the table as a
+    /// buffer (an invite is a few hundred characters, every one of them
+    /// read here before its signature is checked).
+    private static func decode(contiguous text: UnsafeBufferPointer<UInt8>) -> Data? {
         let count = text.count
         guard count % 4 != 1 else { return nil }
         let length = count / 4 * 3 + max(0, count % 4 - 1)
         var output = Data(count: length)
-        let decoded = output.withUnsafeMutableBytes { (buffer: UnsafeMutableRawBufferPointer) -> Bool in
-            // Six bits in per character, a byte out whenever eight wait;
-            // the last character's spare bits are dropped.
-            var written = 0
-            var accumulator: UInt32 = 0
-            var bits = 0
-            for byte in text {
-                let value = values[Int(byte)]
-                guard value != invalid else { return false }
-                accumulator = accumulator << 6 | UInt32(value)
-                bits += 6
-                if bits >= 8 {
-                    bits -= 8
-                    buffer[written] = UInt8(truncatingIfNeeded: accumulator >> bits)
-                    written += 1
+        let decoded = values.withUnsafeBufferPointer { table in
+            output.withUnsafeMutableBytes { (buffer: UnsafeMutableRawBufferPointer) -> Bool in
+                var read = 0
+                var written = 0
+                while read + 4 <= count {
+                    let a = table[Int(text[read])]
+                    let b = table[Int(text[read + 1])]
+                    let c = table[Int(text[read + 2])]
+                    let d = table[Int(text[read + 3])]
+                    // Values are below 64; `invalid` has the top bits set.
+                    guard (a | b | c | d) & 0xC0 == 0 else { return false }
+                    let chunk = UInt32(a) << 18 | UInt32(b) << 12 | UInt32(c) << 6 | UInt32(d)
+                    buffer[written] = UInt8(truncatingIfNeeded: chunk >> 16)
+                    buffer[written + 1] = UInt8(truncatingIfNeeded: chunk >> 8)
+                    buffer[written + 2] = UInt8(truncatingIfNeeded: chunk)
+                    read += 4
+                    written += 3
                 }
+                // Two or three characters left make one or two bytes; the
+                // last character's spare bits are dropped.
+                var accumulator: UInt32 = 0
+                var bits = 0
+                while read < count {
+                    let value = table[Int(text[read])]
+                    guard value != invalid else { return false }
+                    accumulator = accumulator << 6 | UInt32(value)
+                    bits += 6
+                    if bits >= 8 {
+                        bits -= 8
+                        buffer[written] = UInt8(truncatingIfNeeded: accumulator >> bits)
+                        written += 1
+                    }
+                    read += 1
+                }
+                return true
             }
-            return true
         }
         return decoded ? output : nil
     }

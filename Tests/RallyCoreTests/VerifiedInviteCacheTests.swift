@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import RallyCrypto
 import RallyWire
@@ -42,7 +43,7 @@ struct VerifiedInviteCacheTests {
 
     @Test func theCacheIsBoundedAndForgetsItsOldestFirst() {
         let cache = VerifiedInviteCache(capacity: 3)
-        let keys = (0..<5).map { Data([UInt8($0)]) }
+        let keys = (0..<5).map { SHA256.hash(data: Data([UInt8($0)])) }
         for key in keys { cache.insert(key) }
         cache.insert(keys[4])
         #expect(cache.count == 3)

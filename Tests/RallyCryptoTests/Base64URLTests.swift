@@ -23,6 +23,8 @@ struct Base64URLTests {
                 let text = data.base64URLEncoded()
                 #expect(text == Self.reference(data), "\(count) bytes")
                 #expect(Data(base64URLEncoded: text) == data, "\(count) bytes")
+                // Characters not stored contiguously take the other path.
+                #expect(Base64URL.decode(text.utf8.lazy.map { $0 }) == data, "\(count) bytes, lazily")
             }
         }
         #expect(Data([0xFB, 0xFF]).base64URLEncoded() == "-_8")
@@ -34,6 +36,7 @@ struct Base64URLTests {
             "QQ==", "QQ=", "a+b/", "ab+c", "ab/c", "ab c", " abc", "abc\n", "ab\u{0}c", "aé", "A", "AAAAA", "-_-_-",
         ] {
             #expect(Data(base64URLEncoded: text) == nil, "\(text.debugDescription)")
+            #expect(Base64URL.decode(text.utf8.lazy.map { $0 }) == nil, "\(text.debugDescription), lazily")
         }
         #expect(Data(base64URLEncoded: "") == Data())
         #expect(Data(base64URLEncoded: "-_8") == Data([0xFB, 0xFF]))

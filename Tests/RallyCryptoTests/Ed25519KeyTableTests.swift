@@ -88,6 +88,29 @@ struct Ed25519KeyTableTests {
         #expect(Scalar25519.reduced(Self.bytes(Scalar25519.order)) == [0, 0, 0, 0])
     }
 
+    @Test(arguments: [2, 4, 5, 6, 7, 8])
+    func signedDigitsSumToTheScalar(bits: Int) {
+        var generator = SeededGenerator(seed: UInt64(100 + bits))
+        var scalars = (0..<32).map { _ in Scalar25519.reduced([UInt8](generator.bytes(64))) }
+        // The largest scalars a verification writes: L - 1 and a canonical s
+        // with every window at its top.
+        scalars.append(Scalar25519.order.enumerated().map { $0.offset == 0 ? $0.element - 1 : $0.element })
+        scalars.append([UInt64.max, UInt64.max, UInt64.max, (1 << 61) - 1])
+        let half = 1 << (bits - 1)
+        for words in scalars {
+            let digits = Scalar25519.signedDigits(words, bits: bits)
+            #expect(digits.count == (256 + bits - 1) / bits)
+            #expect(digits.allSatisfy { (-half...half).contains(Int($0)) })
+            // Σ digit·2^(bits·i), from the top digit down.
+            var value: [UInt64] = [0, 0, 0, 0, 0]
+            for digit in digits.reversed() {
+                for _ in 0..<bits { value = Self.shiftedLeft1(value) }
+                value = Self.adding(value, Int64(digit))
+            }
+            #expect(Array(value[0..<4]) == words && value[4] == 0, "bits \(bits)")
+        }
+    }
+
     @Test func radix16DigitsSumToTheScalar() {
         var generator = SeededGenerator(seed: 16)
         for _ in 0..<32 {
@@ -205,7 +228,7 @@ struct Ed25519KeyTableTests {
     /// [scalar]B, from the base table alone.
     static func baseMultiple(_ scalar: [UInt64]) -> EdwardsPoint {
         Ed25519KeyTable.combine(
-            s: Scalar25519.radix16Digits(scalar), k: [Int8](repeating: 0, count: 64),
+            s: Scalar25519.signedDigits(scalar, bits: 8), k: [Int8](repeating: 0, count: 64),
             keyMultiples: Ed25519KeyTable.baseMultiples)
     }
 

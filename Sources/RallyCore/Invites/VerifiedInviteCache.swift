@@ -20,27 +20,29 @@ final class VerifiedInviteCache: @unchecked Sendable {
 
     let capacity: Int
     private let lock = NSLock()
-    private var entries: Set<Data> = []
-    private var order: [Data] = []
+    /// Digests, not `Data`: no allocation per key, and a fixed 32 bytes to
+    /// hash (a flood of distinct invites turns the set over once each).
+    private var entries: Set<SHA256.Digest> = []
+    private var order: [SHA256.Digest] = []
     private var oldest = 0
 
     init(capacity: Int) {
         self.capacity = max(1, capacity)
     }
 
-    static func key(_ signed: WireSignedInvite) -> Data {
+    static func key(_ signed: WireSignedInvite) -> SHA256.Digest {
         var hasher = SHA256()
         withUnsafeBytes(of: UInt64(signed.signature.count).bigEndian) { hasher.update(bufferPointer: $0) }
         hasher.update(data: signed.signature)
         hasher.update(data: signed.payload)
-        return Data(hasher.finalize())
+        return hasher.finalize()
     }
 
-    func contains(_ key: Data) -> Bool {
+    func contains(_ key: SHA256.Digest) -> Bool {
         lock.withLock { entries.contains(key) }
     }
 
-    func insert(_ key: Data) {
+    func insert(_ key: SHA256.Digest) {
         lock.withLock {
             guard entries.insert(key).inserted else { return }
             if order.count < capacity {
