@@ -132,7 +132,7 @@ extension LocalStore {
 
     func contact(_ inbox: InboxID) throws(LocalStoreError) -> PublicIdentity? {
         guard
-            let record = try read({ db in
+            let record = try readStatement({ db in
                 try db.fetchOne(
                     ContactRecord.self, cached: "SELECT * FROM contact WHERE inbox_id = ?", [inbox.rawValue])
             })

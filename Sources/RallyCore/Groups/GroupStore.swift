@@ -189,7 +189,7 @@ extension LocalStore {
     }
 
     func ownCommit(_ commitID: Data) throws(LocalStoreError) -> OwnCommit? {
-        try read { db in
+        try readStatement { db in
             try OwnCommitRecord.fetchOne(db, key: commitID).map { record in
                 OwnCommit(
                     groupID: record.groupID, seq: UInt64(max(0, record.seq)),
@@ -231,7 +231,7 @@ extension LocalStore {
     }
 
     func group(_ groupID: String) throws(LocalStoreError) -> GroupRecord? {
-        let record = try read { db in
+        let record = try readStatement { db in
             try db.fetchOne(GroupInfoRecord.self, cached: "SELECT * FROM group_info WHERE group_id = ?", [groupID])
         }
         return try record.map(decoded).map(withAccessSecret)

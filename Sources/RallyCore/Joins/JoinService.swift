@@ -26,7 +26,8 @@ struct JoinService: Sendable {
         }
         // Invite.verify checked the join inbox id.
         let joinInbox = try! InboxID(validating: invite.payload.joinInboxID)
-        let pending = try attempts().first { $0.invite.tag == invite.tagText && $0.slug == slug && !$0.isFinal }
+        let pending = try context.stored { () throws(LocalStoreError) in try store.joinAttempts(tag: invite.tagText) }
+            .first { $0.slug == slug && !$0.isFinal }
         do {
             _ = try await messages.keys.lookUp(joinInbox)
         } catch .unknownRecipient {

@@ -77,7 +77,7 @@ extension LocalStore {
 
     /// Join attempts, newest first.
     func joinAttempts() throws(LocalStoreError) -> [JoinAttempt] {
-        try read { db in
+        try readStatement { db in
             try db.fetchAll(
                 JoinAttemptRecord.self, cached: "SELECT * FROM join_attempt ORDER BY started_at_ms DESC, request_id"
             ).map { try $0.attempt() }
@@ -93,7 +93,7 @@ extension LocalStore {
             // Anything else (empty, or not hex) matches as it always did.
             return Array(try joinAttempts().filter { $0.requestID.hasPrefix(prefix) }.prefix(limit))
         }
-        return try read { db in
+        return try readStatement { db in
             try db.fetchAll(
                 JoinAttemptRecord.self,
                 cached:
@@ -105,7 +105,7 @@ extension LocalStore {
 
     /// The attempts made with the invite `tag` (through its index).
     func joinAttempts(tag: String) throws(LocalStoreError) -> [JoinAttempt] {
-        try read { db in
+        try readStatement { db in
             try db.fetchAll(
                 JoinAttemptRecord.self,
                 cached: "SELECT * FROM join_attempt WHERE tag = ? ORDER BY started_at_ms DESC, request_id", [tag]

@@ -101,7 +101,7 @@ extension LocalStore {
 
     /// The publishes still to send, oldest first.
     func queuedOutgoing() throws(LocalStoreError) -> [OutboxRecord] {
-        try read { db in
+        try readStatement { db in
             try db.fetchAll(
                 OutboxRecord.self, cached: "SELECT * FROM outbox WHERE failed_reason IS NULL ORDER BY position")
         }

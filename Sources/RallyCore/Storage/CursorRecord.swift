@@ -41,6 +41,6 @@ struct CursorRecord: Codable, FetchableRecord, PersistableRecord {
 extension LocalStore {
     /// The seq up to which this home has processed `topic` (0: nothing).
     func cursor(for topic: TopicName) throws(LocalStoreError) -> UInt64 {
-        try read { db in try CursorRecord.seq(of: topic, db) }
+        try readStatement { db in try CursorRecord.seq(of: topic, db) }
     }
 }

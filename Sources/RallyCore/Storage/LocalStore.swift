@@ -230,6 +230,12 @@ final class LocalStore: Sendable {
         try Self.read(queue, body)
     }
 
+    /// Runs `body`, which must run exactly one statement, outside any
+    /// transaction (see ``readStatement(_:_:)``).
+    func readStatement<T>(_ body: (Database) throws -> T) throws(LocalStoreError) -> T {
+        try Self.readStatement(queue, body)
+    }
+
     /// Runs `body` in one write transaction (see ``write(_:_:)``).
     func write<T>(_ body: (Database) throws -> T) throws(LocalStoreError) -> T {
         try Self.write(queue, body)
@@ -253,9 +259,29 @@ final class LocalStore: Sendable {
         }
     }
 
+    /// Runs `body` in one read transaction: every statement in it sees the
+    /// same committed state, whatever other connections commit meanwhile.
     static func read<T>(_ queue: DatabasePool, _ body: (Database) throws -> T) throws(LocalStoreError) -> T {
         do {
             return try retryingBusy { try queue.read(body) }
+        } catch let error as LocalStoreError {
+            throw error
+        } catch {
+            throw .failed("\(error)")
+        }
+    }
+
+    /// For a body of one statement: SQLite runs a statement on its own in
+    /// a read transaction of its own, so it sees one committed state
+    /// without a `BEGIN` and `COMMIT` around it. GRDB prepares those two
+    /// anew for every transaction; a join made about a dozen such reads
+    /// (docs/adr/0019). A body of two statements or more needs ``read(_:_:)``:
+    /// here a commit between them would be seen by the second only.
+    static func readStatement<T>(
+        _ queue: DatabasePool, _ body: (Database) throws -> T
+    ) throws(LocalStoreError) -> T {
+        do {
+            return try retryingBusy { try queue.unsafeRead(body) }
         } catch let error as LocalStoreError {
             throw error
         } catch {

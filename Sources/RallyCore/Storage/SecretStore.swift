@@ -182,7 +182,7 @@ struct DatabaseSecretStore: SecretStore {
     let queue: DatabasePool
 
     func secret(named name: SecretName) throws -> Data? {
-        try LocalStore.read(queue) { db in try SecretRecord.value(named: name, db) }
+        try LocalStore.readStatement(queue) { db in try SecretRecord.value(named: name, db) }
     }
 
     // Durable when it returns, as the protocol asks: fsynced.
