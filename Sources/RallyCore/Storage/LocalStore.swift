@@ -262,13 +262,7 @@ final class LocalStore: Sendable {
     /// Runs `body` in one read transaction: every statement in it sees the
     /// same committed state, whatever other connections commit meanwhile.
     static func read<T>(_ queue: DatabasePool, _ body: (Database) throws -> T) throws(LocalStoreError) -> T {
-        do {
-            return try retryingBusy { try queue.read(body) }
-        } catch let error as LocalStoreError {
-            throw error
-        } catch {
-            throw .failed("\(error)")
-        }
+        try storeErrors { try retryingBusy { try queue.read(body) } }
     }
 
     /// For a body of one statement: SQLite runs a statement on its own in
@@ -280,8 +274,14 @@ final class LocalStore: Sendable {
     static func readStatement<T>(
         _ queue: DatabasePool, _ body: (Database) throws -> T
     ) throws(LocalStoreError) -> T {
+        try storeErrors { try retryingBusy { try queue.unsafeRead(body) } }
+    }
+
+    /// A read's errors as the store's: its own pass through, GRDB's become
+    /// `failed`.
+    private static func storeErrors<T>(_ work: () throws -> T) throws(LocalStoreError) -> T {
         do {
-            return try retryingBusy { try queue.unsafeRead(body) }
+            return try work()
         } catch let error as LocalStoreError {
             throw error
         } catch {
