@@ -65,9 +65,16 @@ public struct Identity: Sendable {
 }
 
 /// The public half of an identity, as published in its key bundle.
+///
+/// It keeps the keys' 32 bytes each and makes the CryptoKit keys when they
+/// are asked for: a group's state holds one identity per member, and most
+/// of them are only compared and re-encoded, never used to verify or seal.
 public struct PublicIdentity: Sendable, Hashable {
-    public let signingKey: Curve25519.Signing.PublicKey
-    public let agreementKey: Curve25519.KeyAgreement.PublicKey
+    public static let keyByteCount = 32
+
+    /// The Ed25519 and X25519 public keys' raw bytes, 32 each.
+    public let signingKeyBytes: Data
+    public let agreementKeyBytes: Data
     public let displayName: String
     public let createdAt: Date
     public let inboxID: InboxID
@@ -76,20 +83,9 @@ public struct PublicIdentity: Sendable, Hashable {
         signingKey: Curve25519.Signing.PublicKey, agreementKey: Curve25519.KeyAgreement.PublicKey,
         displayName: String, createdAt: Date
     ) {
-        self.init(
-            signingKey: signingKey, signingKeyBytes: signingKey.rawRepresentation, agreementKey: agreementKey,
-            displayName: displayName, createdAt: createdAt)
-    }
-
-    /// For keys read from bytes: the inbox id is hashed from those bytes,
-    /// without copying them back out of the key (a group's state decodes
-    /// one identity per member).
-    private init(
-        signingKey: Curve25519.Signing.PublicKey, signingKeyBytes: Data,
-        agreementKey: Curve25519.KeyAgreement.PublicKey, displayName: String, createdAt: Date
-    ) {
-        self.signingKey = signingKey
-        self.agreementKey = agreementKey
+        let signingKeyBytes = signingKey.rawRepresentation
+        self.signingKeyBytes = signingKeyBytes
+        self.agreementKeyBytes = agreementKey.rawRepresentation
         self.displayName = displayName
         self.createdAt = createdAt
         self.inboxID = InboxID(signingPublicKey: signingKeyBytes)
@@ -101,17 +97,18 @@ public struct PublicIdentity: Sendable, Hashable {
         guard bundle.displayName.utf8.count <= WireLimits.maxDisplayNameBytes else {
             throw .malformed("key bundle: display name longer than \(WireLimits.maxDisplayNameBytes) bytes")
         }
-        do {
-            let signing = try Curve25519.Signing.PublicKey(rawRepresentation: bundle.signingPublicKey)
-            let agreement = try Curve25519.KeyAgreement.PublicKey(
-                rawRepresentation: bundle.agreementPublicKey)
-            self.init(
-                signingKey: signing, signingKeyBytes: bundle.signingPublicKey, agreementKey: agreement,
-                displayName: bundle.displayName,
-                createdAt: Date(timeIntervalSince1970: Double(bundle.createdAtMs) / 1000))
-        } catch {
+        // All CryptoKit asks of a raw Curve25519 public key is its size
+        // (any 32 bytes are a key), so checking it here is the whole check.
+        guard bundle.signingPublicKey.count == Self.keyByteCount,
+            bundle.agreementPublicKey.count == Self.keyByteCount
+        else {
             throw .invalidPublicKey("key bundle keys must be 32 bytes each")
         }
+        signingKeyBytes = bundle.signingPublicKey
+        agreementKeyBytes = bundle.agreementPublicKey
+        displayName = bundle.displayName
+        createdAt = Date(timeIntervalSince1970: Double(bundle.createdAtMs) / 1000)
+        inboxID = InboxID(signingPublicKey: bundle.signingPublicKey)
     }
 
     /// Verifies a signed key bundle: size, structure, keys and the bundle's
@@ -134,10 +131,21 @@ public struct PublicIdentity: Sendable, Hashable {
         }
     }
 
+    /// The Ed25519 key, for verifying. Its bytes were checked to be 32 when
+    /// this identity was made, the only thing that makes the init throw.
+    public var signingKey: Curve25519.Signing.PublicKey {
+        try! Curve25519.Signing.PublicKey(rawRepresentation: signingKeyBytes)
+    }
+
+    /// The X25519 key, for sealing to this identity (32 bytes, checked).
+    public var agreementKey: Curve25519.KeyAgreement.PublicKey {
+        try! Curve25519.KeyAgreement.PublicKey(rawRepresentation: agreementKeyBytes)
+    }
+
     public var wireBundle: WireKeyBundle {
         var bundle = WireKeyBundle()
-        bundle.signingPublicKey = signingKey.rawRepresentation
-        bundle.agreementPublicKey = agreementKey.rawRepresentation
+        bundle.signingPublicKey = signingKeyBytes
+        bundle.agreementPublicKey = agreementKeyBytes
         bundle.displayName = displayName
         bundle.createdAtMs = Int64((createdAt.timeIntervalSince1970 * 1000).rounded())
         return bundle
@@ -146,22 +154,22 @@ public struct PublicIdentity: Sendable, Hashable {
     /// Same keys, whatever the display name: what membership checks compare,
     /// so a renamed member is still the same member.
     public func hasSameKeys(as other: PublicIdentity) -> Bool {
-        signingKey.rawRepresentation == other.signingKey.rawRepresentation
-            && agreementKey.rawRepresentation == other.agreementKey.rawRepresentation
+        signingKeyBytes == other.signingKeyBytes && agreementKeyBytes == other.agreementKeyBytes
     }
 
     public func isValidSignature(_ signature: Data, domain: SigningDomain, payload: Data) -> Bool {
-        signingKey.verifies(signature, for: domain.bytes(payload))
+        SignatureVerifier.shared.isValidSignature(signature, for: domain.bytes(payload), byKeyBytes: signingKeyBytes) {
+            signingKey
+        }
     }
 
     public static func == (lhs: PublicIdentity, rhs: PublicIdentity) -> Bool {
-        lhs.signingKey.rawRepresentation == rhs.signingKey.rawRepresentation
-            && lhs.agreementKey.rawRepresentation == rhs.agreementKey.rawRepresentation
+        lhs.signingKeyBytes == rhs.signingKeyBytes && lhs.agreementKeyBytes == rhs.agreementKeyBytes
             && lhs.displayName == rhs.displayName
     }
 
     public func hash(into hasher: inout Hasher) {
-        hasher.combine(signingKey.rawRepresentation)
+        hasher.combine(signingKeyBytes)
     }
 }
 

@@ -214,7 +214,7 @@ final class RelayServices: Sendable {
         let createdAt = identity.wireBundle.createdAtMs
         do {
             let result = try await store.putKeyBundle(
-                signed, inboxID: identity.inboxID, signingPublicKey: identity.signingKey.rawRepresentation,
+                signed, inboxID: identity.inboxID, signingPublicKey: identity.signingKeyBytes,
                 createdAtMilliseconds: createdAt)
             switch result {
             case .stored: return signed

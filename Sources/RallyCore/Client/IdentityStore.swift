@@ -65,8 +65,8 @@ struct ContactRecord: Codable, FetchableRecord, PersistableRecord {
     init(_ identity: PublicIdentity) {
         inboxID = identity.inboxID.rawValue
         displayName = identity.displayName
-        signingKey = identity.signingKey.rawRepresentation
-        agreementKey = identity.agreementKey.rawRepresentation
+        signingKey = identity.signingKeyBytes
+        agreementKey = identity.agreementKeyBytes
         createdAtMs = ClientClock.millis(identity.createdAt)
     }
 

@@ -387,7 +387,7 @@ struct NomineeService: Sendable {
                 guard let topic = try? TopicName.group(grant.vaultID) else { return }
                 try VaultRecord(
                     id: grant.vaultID, name: name, ownerInbox: owner.inboxID.rawValue,
-                    ownerSigningKey: owner.signingKey.rawRepresentation, isOwner: false, epoch: Int64(grant.epoch),
+                    ownerSigningKey: owner.signingKeyBytes, isOwner: false, epoch: Int64(grant.epoch),
                     epochStartSeq: Int64(grant.startSeq), createdAtMs: now
                 ).insert(db)
                 if grant.startSeq > 1 { try CursorRecord.advance(topic, to: grant.startSeq - 1, db) }

@@ -50,7 +50,15 @@ public final class SignatureVerifier: Sendable {
     public func isValidSignature(
         _ signature: some DataProtocol, for message: some DataProtocol, by key: Curve25519.Signing.PublicKey
     ) -> Bool {
-        let raw = key.rawRepresentation
+        isValidSignature(signature, for: message, byKeyBytes: key.rawRepresentation) { key }
+    }
+
+    /// The same check for a key held as its 32 bytes (a `PublicIdentity`):
+    /// the CryptoKit key is made only when swift-crypto verifies.
+    public func isValidSignature(
+        _ signature: some DataProtocol, for message: some DataProtocol, byKeyBytes raw: Data,
+        key: () -> Curve25519.Signing.PublicKey
+    ) -> Bool {
         switch sighting(of: raw) {
         case .table(let table):
             return table.isValidSignature(signature, for: message)
@@ -59,7 +67,7 @@ public final class SignatureVerifier: Sendable {
             keep(table)
             return table.isValidSignature(signature, for: message)
         case .plain:
-            return key.isValidSignature(signature, for: message)
+            return key().isValidSignature(signature, for: message)
         }
     }
 
