@@ -377,11 +377,12 @@ extension LocalStore {
     ) throws(LocalStoreError) -> Bool {
         try Self.checkSeq(groupCursor)
         try Self.checkSeq(inboxSeq)
-        // Both keys and the records in one durable write (where the keys
-        // live in this database).
+        // Both keys, the records and the inbox cursor in one write (where
+        // the keys live in this database): lost to a power loss, the
+        // welcome is read again from the inbox.
         let epochSecret = Self.epochKeySecret(epochKey.1, epoch: epochKey.0, group: record.groupID)
         if let inviteSeed { try saveInviteSeed(inviteSeed, group: record.groupID) }
-        return try write(storing: [epochSecret] + (Self.accessSecret(of: record).map { [$0] } ?? [])) { db in
+        return try write(storingReceived: [epochSecret] + (Self.accessSecret(of: record).map { [$0] } ?? [])) { db in
             // Another process on this home took this welcome already.
             guard try CursorRecord.seq(of: inboxTopic, db) < inboxSeq else { return false }
             try GroupInfoRecord(record, createdAt: now, snapshot: snapshot).insertUnlessStored(db)

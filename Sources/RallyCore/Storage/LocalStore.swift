@@ -241,19 +241,23 @@ final class LocalStore: Sendable {
         try Self.write(queue, body)
     }
 
-    /// Stores `secrets` and runs `body` as one durable write. Secrets kept
-    /// in this database go into `body`'s transaction, committed with
-    /// `FULL` sync: one commit and one fsync where there were two. Secrets
-    /// kept elsewhere (a Keychain) are made durable first, so a crash in
+    /// Stores secrets that arrived in a relay message, with the records
+    /// `body` writes, which must include that message's cursor. Kept in
+    /// this database, they go into `body`'s transaction with `NORMAL` sync:
+    /// a power loss that drops it drops the cursor too, so the message
+    /// (still at the relay) is read again and brings them back, as it does
+    /// every other record. A secret this home makes is another matter: it
+    /// exists nowhere else, and `setSecret` writes it with `FULL`. Secrets
+    /// kept elsewhere (a Keychain) are written there first, so a crash in
     /// between leaves unused keys, never records without their keys.
     func write<T>(
-        storing secrets: [(name: SecretName, secret: Data)], _ body: (Database) throws -> T
+        storingReceived secrets: [(name: SecretName, secret: Data)], _ body: (Database) throws -> T
     ) throws(LocalStoreError) -> T {
         guard secretsInDatabase else {
             try setSecrets(secrets)
             return try write(body)
         }
-        return try Self.write(queue, sync: .full) { db in
+        return try Self.write(queue) { db in
             for (name, secret) in secrets { try SecretRecord.set(secret, named: name, db: db) }
             return try body(db)
         }
