@@ -83,9 +83,16 @@ public struct PublicIdentity: Sendable, Hashable {
         signingKey: Curve25519.Signing.PublicKey, agreementKey: Curve25519.KeyAgreement.PublicKey,
         displayName: String, createdAt: Date
     ) {
-        let signingKeyBytes = signingKey.rawRepresentation
+        self.init(
+            signingKeyBytes: signingKey.rawRepresentation, agreementKeyBytes: agreementKey.rawRepresentation,
+            displayName: displayName, createdAt: createdAt)
+    }
+
+    /// From key bytes whose sizes are checked: the inbox id is hashed from
+    /// the signing key's.
+    private init(signingKeyBytes: Data, agreementKeyBytes: Data, displayName: String, createdAt: Date) {
         self.signingKeyBytes = signingKeyBytes
-        self.agreementKeyBytes = agreementKey.rawRepresentation
+        self.agreementKeyBytes = agreementKeyBytes
         self.displayName = displayName
         self.createdAt = createdAt
         self.inboxID = InboxID(signingPublicKey: signingKeyBytes)
@@ -104,11 +111,9 @@ public struct PublicIdentity: Sendable, Hashable {
         else {
             throw .invalidPublicKey("key bundle keys must be 32 bytes each")
         }
-        signingKeyBytes = bundle.signingPublicKey
-        agreementKeyBytes = bundle.agreementPublicKey
-        displayName = bundle.displayName
-        createdAt = Date(timeIntervalSince1970: Double(bundle.createdAtMs) / 1000)
-        inboxID = InboxID(signingPublicKey: bundle.signingPublicKey)
+        self.init(
+            signingKeyBytes: bundle.signingPublicKey, agreementKeyBytes: bundle.agreementPublicKey,
+            displayName: bundle.displayName, createdAt: Date(timeIntervalSince1970: Double(bundle.createdAtMs) / 1000))
     }
 
     /// Verifies a signed key bundle: size, structure, keys and the bundle's
