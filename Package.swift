@@ -67,6 +67,8 @@ let package = Package(
                 "RallyCrypto",
                 // The segment log's CRC-32C with the processor's instruction.
                 "CRallyCRC32C",
+                // SQLite without its allocation-wide mutex (docs/adr/0042).
+                "CRallySQLite",
                 // SHA-256 over a blob, streamed from its file.
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Hummingbird", package: "hummingbird"),
@@ -100,6 +102,8 @@ let package = Package(
             dependencies: [
                 "RallyWire",
                 "RallyCrypto",
+                // SQLite without its allocation-wide mutex (docs/adr/0042).
+                "CRallySQLite",
                 .product(name: "CompressNIO", package: "compress-nio"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "GRDB", package: "GRDB.swift"),
@@ -158,6 +162,9 @@ let package = Package(
         ),
         .target(name: "CLoadEpoll"),
         .target(name: "CRallyCRC32C"),
+        // SQLite's process-wide settings, which Swift cannot reach
+        // (sqlite3_config is variadic).
+        .target(name: "CRallySQLite", linkerSettings: [.linkedLibrary("sqlite3")]),
         // Benchmarks that print measurements; see the README.
         .executableTarget(
             name: "rally-bench",
@@ -208,7 +215,7 @@ let package = Package(
         .testTarget(
             name: "RallyRelayTests",
             dependencies: [
-                "RallyRelay", "RallyWire", "RallyCrypto", "RallyTestSupport", "RallyWireLoad",
+                "RallyRelay", "RallyWire", "RallyCrypto", "RallyTestSupport", "RallyWireLoad", "CRallySQLite",
                 .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
                 // The writer's and the socket's event-loop paths, driven on
                 // real and embedded loops.
@@ -232,7 +239,7 @@ let package = Package(
         .testTarget(
             name: "RallyCoreTests",
             dependencies: [
-                "RallyCore", "RallyTestSupport", "RallyTesting",
+                "RallyCore", "RallyTestSupport", "RallyTesting", "CRallySQLite",
                 // Builds homes as earlier versions left them.
                 .product(name: "GRDB", package: "GRDB.swift"),
             ],

@@ -1,3 +1,4 @@
+import CRallySQLite
 import Foundation
 import GRDB
 
@@ -31,6 +32,8 @@ enum OwnerOnlyFile {
     /// it for its lifetime.
     static func openPool(_ url: URL, label: String) throws -> DatabasePool {
         try prepare(url)
+        // Before the process's first connection, or not at all (ADR 0042).
+        _ = rally_sqlite_disable_memory_statistics()
         var configuration = Configuration()
         configuration.label = label
         let pool = try DatabasePool(path: url.path, configuration: configuration)

@@ -1,3 +1,4 @@
+import CRallySQLite
 import Foundation
 import GRDB
 import RallyCrypto
@@ -23,6 +24,21 @@ struct LocalStoreTests {
         #expect(try store.messages().isEmpty)
         #expect(try store.cursor(for: topic) == 0)
         #expect(FileManager.default.fileExists(atPath: temp.home.appendingPathComponent(LocalStore.fileName).path))
+    }
+
+    /// With SQLite's memory statistics on, every allocation of every
+    /// connection takes one process-wide mutex, which a home's threads (and
+    /// an app's many homes) wait on (ADR 0042). They can only be turned off
+    /// before SQLite starts, so a store does it before its first connection.
+    @Test func aStoreTurnsSQLitesMemoryStatisticsOffBeforeItOpensSQLite() throws {
+        let temp = TemporaryHome()
+        defer { temp.remove() }
+        let store = try temp.openStore()
+        try store.saveIdentity(Identity(displayName: "Ada", createdAt: Fixtures.created))
+        // SQLITE_OK: the first call, before any connection, took effect; a
+        // call after SQLite started would have answered SQLITE_MISUSE (21).
+        #expect(rally_sqlite_disable_memory_statistics() == 0)
+        #expect(rally_sqlite_memory_used() == 0)
     }
 
     @Test func theIdentityRoundTripsWithEqualKeys() throws {

@@ -1,3 +1,4 @@
+import CRallySQLite
 import Foundation
 import GRDB
 import RallyTestSupport
@@ -13,6 +14,24 @@ import Testing
 @Suite("Relay store durability", .timeLimit(.minutes(10)))
 struct StoreDurabilityTests {
     static let full = 2
+
+    /// With SQLite's memory statistics on, every allocation of every
+    /// connection takes one process-wide mutex (docs/adr/0042). They can
+    /// only be turned off before SQLite starts, so the store does it before
+    /// it opens a connection; SQLite counts no memory once they are off.
+    @Test("a relay store turns SQLite's memory statistics off before it opens SQLite")
+    func memoryStatisticsAreOff() async throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let store = try SQLiteRelayStore(url: directory.url.appendingPathComponent("relay.sqlite"))
+        let request = PublishRequest(topic: "group/a", payload: Data("x".utf8), idempotencyKey: Data("k".utf8))
+        _ = try await store.append([request], serverTimeMilliseconds: 1)
+        // SQLITE_OK: the first call, before any connection, took effect; a
+        // call after SQLite started would have answered SQLITE_MISUSE (21).
+        #expect(rally_sqlite_disable_memory_statistics() == 0)
+        #expect(rally_sqlite_memory_used() == 0)
+        try await store.close()
+    }
 
     @Test("the envelope, blob, escrow and push stores' writers commit with synchronous=FULL, also when reopened")
     func everyWriterIsFull() async throws {

@@ -1,3 +1,4 @@
+import CRallySQLite
 import Foundation
 import GRDB
 import RallyCrypto
@@ -54,6 +55,10 @@ final class LocalStore: Sendable {
             // Created owner-only before SQLite opens it: SQLite creates the
             // -wal and -shm files with the database file's mode.
             try OwnerOnly.createFile(path)
+            // Before the process's first connection, or not at all: a home
+            // compiles and runs statements on several threads, and with the
+            // statistics on each allocation waits on one mutex (ADR 0042).
+            _ = rally_sqlite_disable_memory_statistics()
             var configuration = Configuration()
             configuration.journalMode = .wal
             configuration.busyMode = .timeout(Self.busyTimeout)
