@@ -1,4 +1,3 @@
-import CRallySQLite
 import Crypto
 import Foundation
 import GRDB
@@ -203,9 +202,6 @@ struct LegacyHomeTests {
         let epochKey = Data(repeating: 7, count: 32)
         let seed = Data(repeating: 9, count: 32)
         do {
-            // As a store does before its first connection: SQLite's
-            // settings hold for every test of this process (ADR 0042).
-            _ = rally_sqlite_disable_memory_statistics()
             let legacy = try DatabaseQueue(path: path)
             try LocalStore.migrator.migrate(legacy, upTo: "v3-invites")
             try legacy.write { db in

@@ -30,15 +30,19 @@ struct LocalStoreTests {
     /// connection takes one process-wide mutex, which a home's threads (and
     /// an app's many homes) wait on (ADR 0042). They can only be turned off
     /// before SQLite starts, so a store does it before its first connection.
-    @Test func aStoreTurnsSQLitesMemoryStatisticsOffBeforeItOpensSQLite() throws {
+    /// In a process of its own, where this store is the first to open
+    /// SQLite, whatever other tests opened before.
+    @Test func aStoreTurnsSQLitesMemoryStatisticsOffBeforeItOpensSQLite() async {
         let temp = TemporaryHome()
         defer { temp.remove() }
-        let store = try temp.openStore()
-        try store.saveIdentity(Identity(displayName: "Ada", createdAt: Fixtures.created))
-        // SQLITE_OK: the first call, before any connection, took effect; a
-        // call after SQLite started would have answered SQLITE_MISUSE (21).
-        #expect(rally_sqlite_disable_memory_statistics() == 0)
-        #expect(rally_sqlite_memory_used() == 0)
+        await #expect(processExitsWith: .success) { [home = temp.home as URL] in
+            let store = try LocalStore(home: home)
+            try store.saveIdentity(Identity(displayName: "Ada", createdAt: Fixtures.created))
+            // SQLITE_OK: the store's call, before its connection, took
+            // effect; had SQLite started first, this answers SQLITE_MISUSE
+            // (21) and SQLite counts the bytes its connections hold.
+            guard rally_sqlite_disable_memory_statistics() == 0, rally_sqlite_memory_used() == 0 else { exit(1) }
+        }
     }
 
     @Test func theIdentityRoundTripsWithEqualKeys() throws {

@@ -1,4 +1,3 @@
-import CRallySQLite
 import Foundation
 import GRDB
 import RallyCrypto
@@ -535,9 +534,6 @@ struct EnvelopeSegmentTests {
     /// The schema and rows of a store written by the v3 layout (envelopes
     /// in a table keyed by topic and seq, heads upserted on every append).
     private static func writeEarlierLayout(at url: URL) throws {
-        // As the relay's stores do before their first connection: SQLite's
-        // settings hold for every test of this process (docs/adr/0042).
-        _ = rally_sqlite_disable_memory_statistics()
         let queue = try DatabaseQueue(path: url.path)
         try queue.write { db in
             try db.execute(

@@ -18,19 +18,23 @@ struct StoreDurabilityTests {
     /// With SQLite's memory statistics on, every allocation of every
     /// connection takes one process-wide mutex (docs/adr/0042). They can
     /// only be turned off before SQLite starts, so the store does it before
-    /// it opens a connection; SQLite counts no memory once they are off.
+    /// it opens a connection. In a process of its own, where this store is
+    /// the first to open SQLite, whatever other tests opened before.
     @Test("a relay store turns SQLite's memory statistics off before it opens SQLite")
     func memoryStatisticsAreOff() async throws {
         let directory = try TemporaryDirectory()
         defer { directory.remove() }
-        let store = try SQLiteRelayStore(url: directory.url.appendingPathComponent("relay.sqlite"))
-        let request = PublishRequest(topic: "group/a", payload: Data("x".utf8), idempotencyKey: Data("k".utf8))
-        _ = try await store.append([request], serverTimeMilliseconds: 1)
-        // SQLITE_OK: the first call, before any connection, took effect; a
-        // call after SQLite started would have answered SQLITE_MISUSE (21).
-        #expect(rally_sqlite_disable_memory_statistics() == 0)
-        #expect(rally_sqlite_memory_used() == 0)
-        try await store.close()
+        let url = directory.url.appendingPathComponent("relay.sqlite")
+        await #expect(processExitsWith: .success) { [url = url as URL] in
+            let store = try SQLiteRelayStore(url: url)
+            let request = PublishRequest(topic: "group/a", payload: Data("x".utf8), idempotencyKey: Data("k".utf8))
+            _ = try await store.append([request], serverTimeMilliseconds: 1)
+            // SQLITE_OK: the store's call, before its connection, took
+            // effect; had SQLite started first, this answers SQLITE_MISUSE
+            // (21) and SQLite counts the bytes its connections hold.
+            guard rally_sqlite_disable_memory_statistics() == 0, rally_sqlite_memory_used() == 0 else { exit(1) }
+            try await store.close()
+        }
     }
 
     @Test("the envelope, blob, escrow and push stores' writers commit with synchronous=FULL, also when reopened")
