@@ -72,6 +72,7 @@ struct InviteJoinErrorCodecTests {
             .genericFailure: "generic_failure",
             .requestRejected: "request_rejected",
             .invitationRemoved: "invitation_removed",
+            .groupFull: "group_full",
         ]
         #expect(Set(JoinErrorType.allCases) == Set(expected.keys))
         for (type, wire) in expected {

@@ -326,6 +326,7 @@ struct JoinStateMachineTests {
             .genericFailure: "Failed to join conversation." + guidance,
             .requestRejected: "A moderator of the group declined your request to join.",
             .invitationRemoved: "This invitation was withdrawn." + guidance,
+            .groupFull: "This group is full.",
         ]
         for type in JoinErrorType.allCases {
             #expect(Machine.JoinFailure.rejected(type, reason: "internal detail").userMessage == expected[type])

@@ -379,8 +379,9 @@ public actor RallyClient {
 
     /// Adds a member (an admin's commit) and sends them their welcome.
     /// - Throws: `.group(.commitRejected)` when the rules refuse it (not an
-    ///   admin, already a member, …), `.group(.gaveUp)` after losing
-    ///   ``commitAttempts`` races.
+    ///   admin, already a member, …), `.group(.full)` when the group's
+    ///   welcome would no longer fit in an envelope, `.group(.gaveUp)`
+    ///   after losing ``commitAttempts`` races.
     public func addMember(
         _ inbox: InboxID, role: GroupRole = .member, to reference: String
     ) async throws(RallyClientError) -> GroupRecord {

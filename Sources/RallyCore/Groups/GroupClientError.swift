@@ -17,6 +17,9 @@ public enum GroupClientError: Error, Sendable, Equatable, CustomStringConvertibl
     case supportNotAllowed(String)
     /// The group's preferences do not let this member send this content.
     case notAllowedByPreference(GroupPreferences.Key, GroupPreference)
+    /// One more member would make the group's welcome larger than an
+    /// envelope: the newcomer could never open the group.
+    case full(String)
 
     public var description: String {
         switch self {
@@ -45,6 +48,8 @@ public enum GroupClientError: Error, Sendable, Equatable, CustomStringConvertibl
             "the support chat of \(group) is for its moderators and above and the joiner waiting for approval; this identity is neither"
         case .noTopicAccess(let group):
             "this device has no access key for the topic of \(group); ask an admin to add you again"
+        case .full(let group):
+            "group_full: \(group) holds as many members as a welcome can carry; remove a member (or the group image) to make room"
         }
     }
 }

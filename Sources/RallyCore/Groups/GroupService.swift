@@ -9,7 +9,7 @@ struct GroupService: Sendable {
     let context: ClientContext
     let log: GroupLog
     let committer: GroupCommitter
-    let welcomes: GroupWelcomes
+    var welcomes: GroupWelcomes
     let keys: KeyDirectory
 
     // MARK: Create
@@ -54,11 +54,22 @@ struct GroupService: Sendable {
         let newcomer = try await keys.lookUp(inbox)
         let groupID = try log.group(reference).groupID
         let committer = self.committer
+        let welcomes = self.welcomes
+        let author = context.identity.publicIdentity
         let admission = try await committer.commit(groupID) { state throws(RallyClientError) in
             if state.members[inbox] != nil { throw .group(.commitRejected(.alreadyMember(inbox))) }
             var commit = committer.newCommit(on: state)
             commit.addMember.member = newcomer.wireBundle
             commit.addMember.role = role.wire
+            // Refused here, before the commit, rather than admitted without
+            // a welcome; the rules' own refusals come from the committer.
+            if case .success(let (mutation, _)) = GroupRules.checkAdd(
+                commit.addMember, actor: state.role(of: author.inboxID) ?? .observer, author: author, against: state)
+            {
+                var after = state
+                after.mutate(mutation, author: author)
+                guard welcomes.canCarry(after) else { throw .group(.full(groupID)) }
+            }
             return commit
         }
         if let admission { try await welcomes.send(to: newcomer, groupID: groupID, admission: admission) }

@@ -22,6 +22,10 @@ struct GroupWelcomes: Sendable {
     let context: ClientContext
     let log: GroupLog
     let messages: DirectMessageService
+    /// The most a welcome's snapshot may take (``maxSnapshotBytes``):
+    /// admissions past it are refused before their commit. Lowered in
+    /// tests, to fill a group with a few members.
+    var budget = Self.maxSnapshotBytes
 
     /// What a welcome for a member admitted through an invite carries.
     struct InviteProof {
@@ -38,6 +42,10 @@ struct GroupWelcomes: Sendable {
         let identity: PublicIdentity
         let invite: InviteProof?
     }
+
+    /// Whether a welcome can carry the group as `state` has it, within
+    /// this client's budget.
+    func canCarry(_ state: GroupState) -> Bool { Self.canCarry(state, budget: budget) }
 
     /// Sends a newcomer its welcome: the state right after its admission
     /// commit, at that commit's seq, with the key that opens the commit, so
@@ -113,6 +121,20 @@ struct GroupWelcomes: Sendable {
     static let maxHistoryBytes = 64 * 1024
     /// What sealing and framing add to a welcome, kept free of history.
     static let sealingAllowance = 16 * 1024
+    /// The most a welcome's snapshot may take: its envelope less what the
+    /// rest of the welcome and its sealing need (history only fills what
+    /// is left).
+    static let maxSnapshotBytes = WireLimits.maxPayloadBytes - sealingAllowance
+
+    /// Whether a welcome can carry the group as `state` has it: the
+    /// snapshot's encoding fits, or, past `budget`, that encoding
+    /// compressed as the welcome's content will be. An admission that fails
+    /// this is refused before its commit, since a member admitted without
+    /// a welcome could never open the group.
+    static func canCarry(_ state: GroupState, budget: Int) -> Bool {
+        let encoded = FrameCodec.encode(state.snapshot)
+        return encoded.count <= budget || Deflate.compress(encoded).count <= budget
+    }
 
     /// The newest stored messages that fit in `maxBytes`, oldest first.
     static func recentHistory(_ messages: [StoredMessage], maxBytes: Int) -> [WireSharedHistoryMessage] {

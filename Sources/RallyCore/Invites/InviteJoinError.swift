@@ -15,6 +15,9 @@ public enum JoinErrorType: String, Sendable, Codable, CaseIterable {
     /// The invitation was withdrawn (or declined) before it was accepted:
     /// the seed's `JoinGroupResult.invitationRemoved`.
     case invitationRemoved = "invitation_removed"
+    /// The group holds as many members as a welcome can carry: admitting
+    /// this joiner would leave it a member without its welcome.
+    case groupFull = "group_full"
 
     /// A type from a newer client that this one does not know is a generic
     /// failure (forward compatibility).
@@ -31,6 +34,7 @@ public enum JoinErrorType: String, Sendable, Codable, CaseIterable {
         case .genericFailure: "Failed to join conversation"
         case .requestRejected: "A moderator of the group declined your request to join"
         case .invitationRemoved: "This invitation was withdrawn"
+        case .groupFull: "This group is full"
         }
     }
 

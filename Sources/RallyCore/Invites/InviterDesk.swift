@@ -24,7 +24,7 @@ struct InviterDesk: Sendable {
     let context: ClientContext
     let log: GroupLog
     let committer: GroupCommitter
-    let welcomes: GroupWelcomes
+    var welcomes: GroupWelcomes
     let identities: InviteIdentities
 
     // MARK: Invites

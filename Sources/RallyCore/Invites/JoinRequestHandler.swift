@@ -251,53 +251,82 @@ struct JoinRequestHandler: Sendable {
         var queued: Set<Int> = []
         let committer = desk.committer
         let groupID = groupID
+        let welcomes = desk.welcomes
         let me = context.identity.inboxID
         let author = context.identity.publicIdentity
         let now = context.clock.now()
         let committed: Data?
         do {
             committed = try await committer.commit(groupID) { state throws(RallyClientError) in
-                overtaken = [:]
-                queued = []
                 // Not an admin any more: every decision below says so.
                 let actor = state.role(of: me) ?? .observer
-                var running = state
-                var added = WireAddMembers()
-                for (index, (asked, _)) in batch.enumerated() {
-                    let again = asked.decide(
-                        groupID: groupID,
-                        group: GroupRecord(groupID: groupID, topicID: "", state: running, status: .active),
-                        me: me, seenBefore: false, senderBlocked: false, now: now)
-                    guard case .admit(let current) = again, !current.committed else {
-                        overtaken[index] = again
-                        continue
-                    }
-                    let checked: Result<(GroupRules.Mutation, GroupEffect), GroupRejection>
-                    if current.approval && !current.invitation {
-                        var pending = WireAddPending()
-                        pending.member = asked.sender.wireBundle
-                        pending.role = current.role.wire
-                        pending.viaInvite = current.wire
-                        checked = GroupRules.checkAddPending(pending, actor: actor, author: author, against: running)
-                        if case .success = checked {
-                            added.pending.append(pending)
-                            queued.insert(index)
+                // The batch on `state`, admitting at most `limit` of its
+                // requests; those past it are answered that the group is full.
+                func build(admitting limit: Int) -> (running: GroupState, added: WireAddMembers) {
+                    overtaken = [:]
+                    queued = []
+                    var running = state
+                    var added = WireAddMembers()
+                    for (index, (asked, _)) in batch.enumerated() {
+                        let again = asked.decide(
+                            groupID: groupID,
+                            group: GroupRecord(groupID: groupID, topicID: "", state: running, status: .active),
+                            me: me, seenBefore: false, senderBlocked: false, now: now)
+                        guard case .admit(let current) = again, !current.committed else {
+                            overtaken[index] = again
+                            continue
                         }
-                    } else {
-                        var member = WireAddMember()
-                        member.member = asked.sender.wireBundle
-                        member.role = current.role.wire
-                        if !current.invitation { member.viaInvite = current.wire }
-                        checked = GroupRules.checkAdd(member, actor: actor, author: author, against: running)
-                        if case .success = checked { added.members.append(member) }
+                        guard added.members.count + added.pending.count < limit else {
+                            overtaken[index] = .reject(
+                                .groupFull, reason: "the group holds as many members as a welcome can carry")
+                            continue
+                        }
+                        let checked: Result<(GroupRules.Mutation, GroupEffect), GroupRejection>
+                        if current.approval && !current.invitation {
+                            var pending = WireAddPending()
+                            pending.member = asked.sender.wireBundle
+                            pending.role = current.role.wire
+                            pending.viaInvite = current.wire
+                            checked = GroupRules.checkAddPending(
+                                pending, actor: actor, author: author, against: running)
+                            if case .success = checked {
+                                added.pending.append(pending)
+                                queued.insert(index)
+                            }
+                        } else {
+                            var member = WireAddMember()
+                            member.member = asked.sender.wireBundle
+                            member.role = current.role.wire
+                            if !current.invitation { member.viaInvite = current.wire }
+                            checked = GroupRules.checkAdd(member, actor: actor, author: author, against: running)
+                            if case .success = checked { added.members.append(member) }
+                        }
+                        switch checked {
+                        case .success(let (mutation, _)):
+                            running.mutate(mutation, author: author)
+                        case .failure(let rejection):
+                            overtaken[index] = JoinRequestPolicy.answer(
+                                to: rejection, groupID: groupID, tag: current.tag, maxUses: current.maxUses)
+                        }
                     }
-                    switch checked {
-                    case .success(let (mutation, _)):
-                        running.mutate(mutation, author: author)
-                    case .failure(let rejection):
-                        overtaken[index] = JoinRequestPolicy.answer(
-                            to: rejection, groupID: groupID, tag: current.tag, maxUses: current.maxUses)
+                    return (running, added)
+                }
+                var (running, added) = build(admitting: batch.count)
+                let accepted = added.members.count + added.pending.count
+                if accepted > 0, !welcomes.canCarry(running) {
+                    // The most of the batch, in its order, whose welcome
+                    // still fits: a search, as each try encodes the group.
+                    var fits = 0
+                    var fails = accepted
+                    while fails - fits > 1 {
+                        let middle = (fits + fails) / 2
+                        if welcomes.canCarry(build(admitting: middle).running) {
+                            fits = middle
+                        } else {
+                            fails = middle
+                        }
                     }
+                    (running, added) = build(admitting: fits)
                 }
                 var commit = committer.newCommit(on: state)
                 switch (added.members.count, added.pending.count) {

@@ -81,8 +81,9 @@ public struct JoinStateMachine: Sendable, Equatable {
         public var userMessage: String {
             switch self {
             case .invalidInvite(let error): error.description
-            // A moderator's refusal is final: a new invite would not help.
-            case .rejected(.requestRejected, _): "\(JoinErrorType.requestRejected.userMessage)."
+            // A moderator's refusal is final, and a full group is full for
+            // every invite: a new invite would not help.
+            case .rejected(let type, _) where type == .requestRejected || type == .groupFull: "\(type.userMessage)."
             case .rejected(let type, _): "\(type.userMessage). \(JoinErrorType.guidance)"
             }
         }
