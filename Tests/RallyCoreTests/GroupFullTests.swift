@@ -29,9 +29,18 @@ struct GroupFullTests {
         var sizes: [Int] = []
         for name in ["joiner1", "joiner2"] {
             let joiner = try await world.user(name)
+            let storedBefore = try #require(try owner.store.snapshotByteCount(group.groupID))
             _ = try await joiner.startJoin(invite.appLink)
             #expect(try await owner.processJoinRequests().map(\.decision?.isAdmission) == [true])
             sizes.append(try await Self.compressedSnapshotBytes(owner, group.groupID))
+            // The bound that spares most batches an encoding of the group
+            // holds: one admission grew the stored snapshot by less.
+            let storedAfter = try #require(try owner.store.snapshotByteCount(group.groupID))
+            let bound =
+                GroupWelcomes.commitGrowthBound + GroupWelcomes.admissionGrowthBound
+                + FrameCodec.encode(joiner.identity.publicIdentity.wireBundle).count
+            #expect(storedAfter > storedBefore)
+            #expect(storedAfter - storedBefore <= bound)
         }
         let perMember = sizes[1] - sizes[0]
         #expect(perMember > 64, "a member's record carries its two keys")

@@ -55,6 +55,7 @@ struct GroupService: Sendable {
         let groupID = try log.group(reference).groupID
         let committer = self.committer
         let welcomes = self.welcomes
+        let store = context.store
         let author = context.identity.publicIdentity
         let admission = try await committer.commit(groupID) { state throws(RallyClientError) in
             if state.members[inbox] != nil { throw .group(.commitRejected(.alreadyMember(inbox))) }
@@ -68,7 +69,11 @@ struct GroupService: Sendable {
             {
                 var after = state
                 after.mutate(mutation, author: author)
-                guard welcomes.canCarry(after) else { throw .group(.full(groupID)) }
+                var added = WireAddMembers()
+                added.members = [commit.addMember]
+                guard welcomes.canCarry(after, growingFrom: try? store.snapshotByteCount(groupID), by: added) else {
+                    throw .group(.full(groupID))
+                }
             }
             return commit
         }

@@ -237,6 +237,13 @@ extension LocalStore {
         return try record.map(decoded).map(withAccessSecret)
     }
 
+    /// How many bytes the group's stored snapshot takes, without reading it.
+    func snapshotByteCount(_ groupID: String) throws(LocalStoreError) -> Int? {
+        try readStatement { db in
+            try db.fetchValue(Int.self, cached: "SELECT length(snapshot) FROM group_info WHERE group_id = ?", [groupID])
+        }
+    }
+
     private func decoded(_ record: GroupInfoRecord) throws(LocalStoreError) -> GroupRecord {
         do {
             return try record.groupRecord(states: groupStates)

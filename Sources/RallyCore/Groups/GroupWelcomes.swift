@@ -47,6 +47,27 @@ struct GroupWelcomes: Sendable {
     /// this client's budget.
     func canCarry(_ state: GroupState) -> Bool { Self.canCarry(state, budget: budget) }
 
+    /// What one admission can add to a snapshot besides its key bundle: the
+    /// member or pending record's other fields and framing, the request id
+    /// and a new invite's use count.
+    static let admissionGrowthBound = 256
+    /// What one commit adds: its id, and varints that grow by a byte.
+    static let commitGrowthBound = 64
+
+    /// Whether a welcome can carry `after`, the state a commit of `added`
+    /// leaves on the group whose stored snapshot takes `storedBytes`. Most
+    /// groups are far inside the budget, which a bound on the growth
+    /// shows without encoding the group; near it, ``canCarry(_:)`` decides.
+    func canCarry(_ after: GroupState, growingFrom storedBytes: Int?, by added: WireAddMembers) -> Bool {
+        if let storedBytes {
+            let bundles = (added.members.map(\.member) + added.pending.map(\.member)).reduce(0) {
+                $0 + FrameCodec.encode($1).count + Self.admissionGrowthBound
+            }
+            if storedBytes + Self.commitGrowthBound + bundles <= budget { return true }
+        }
+        return canCarry(after)
+    }
+
     /// Sends a newcomer its welcome: the state right after its admission
     /// commit, at that commit's seq, with the key that opens the commit, so
     /// the newcomer checks the welcome against the log itself. Without an

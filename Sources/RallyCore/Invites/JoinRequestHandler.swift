@@ -252,6 +252,7 @@ struct JoinRequestHandler: Sendable {
         let committer = desk.committer
         let groupID = groupID
         let welcomes = desk.welcomes
+        let store = context.store
         let me = context.identity.inboxID
         let author = context.identity.publicIdentity
         let now = context.clock.now()
@@ -313,7 +314,8 @@ struct JoinRequestHandler: Sendable {
                 }
                 var (running, added) = build(admitting: batch.count)
                 let accepted = added.members.count + added.pending.count
-                if accepted > 0, !welcomes.canCarry(running) {
+                let storedBytes = try? store.snapshotByteCount(groupID)
+                if accepted > 0, !welcomes.canCarry(running, growingFrom: storedBytes, by: added) {
                     // The most of the batch, in its order, whose welcome
                     // still fits: a search, as each try encodes the group.
                     var fits = 0
