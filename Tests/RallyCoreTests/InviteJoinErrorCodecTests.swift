@@ -210,10 +210,16 @@ struct InviteJoinErrorCodecTests {
         #expect(JoinErrorType.guidance == "Ask the person who invited you for a new invite.")
     }
 
-    @Test("fallback and summary end with the guidance", arguments: JoinErrorType.allCases)
+    @Test(
+        "fallback and summary say what the joiner's attempt says: the guidance, unless a new invite would not help",
+        arguments: JoinErrorType.allCases)
     func fallbackAndSummary(_ type: JoinErrorType) {
         let error = InviteJoinError(errorType: type, inviteTag: Self.tag, timestamp: Self.sentAt, reason: "internal")
-        let expected = "\(type.userMessage). Ask the person who invited you for a new invite."
+        let final: Set<JoinErrorType> = [.requestRejected, .groupFull]
+        let expected =
+            final.contains(type)
+            ? "\(type.userMessage)." : "\(type.userMessage). Ask the person who invited you for a new invite."
+        #expect(type.joinerMessage == expected)
         #expect(Self.codec.fallback(for: error) == expected)
         #expect(Self.codec.summary(of: error) == expected)
         // The reason is for logs, not for the joiner.

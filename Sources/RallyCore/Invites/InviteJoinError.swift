@@ -39,6 +39,16 @@ public enum JoinErrorType: String, Sendable, Codable, CaseIterable {
     }
 
     public static let guidance = "Ask the person who invited you for a new invite."
+
+    /// What the joiner reads: the message and, where a new invite could
+    /// help, the guidance. A moderator's refusal is final, and a full group
+    /// is full for every invite.
+    public var joinerMessage: String {
+        switch self {
+        case .requestRejected, .groupFull: "\(userMessage)."
+        default: "\(userMessage). \(Self.guidance)"
+        }
+    }
 }
 
 /// The body of `rally.dev/invite_join_error:1.0`:
@@ -128,13 +138,13 @@ public struct InviteJoinErrorCodec: ContentCodec {
     }
 
     public func fallback(for value: InviteJoinError) -> String? {
-        "\(value.errorType.userMessage). \(JoinErrorType.guidance)"
+        value.errorType.joinerMessage
     }
 
     public func shouldPush(_ value: InviteJoinError) -> Bool { true }
 
     public func summary(of value: InviteJoinError) -> String {
-        "\(value.errorType.userMessage). \(JoinErrorType.guidance)"
+        value.errorType.joinerMessage
     }
 
     nonisolated(unsafe) static let formatter: ISO8601DateFormatter = {

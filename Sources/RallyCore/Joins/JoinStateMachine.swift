@@ -81,10 +81,7 @@ public struct JoinStateMachine: Sendable, Equatable {
         public var userMessage: String {
             switch self {
             case .invalidInvite(let error): error.description
-            // A moderator's refusal is final, and a full group is full for
-            // every invite: a new invite would not help.
-            case .rejected(let type, _) where type == .requestRejected || type == .groupFull: "\(type.userMessage)."
-            case .rejected(let type, _): "\(type.userMessage). \(JoinErrorType.guidance)"
+            case .rejected(let type, _): type.joinerMessage
             }
         }
     }
