@@ -64,17 +64,19 @@ struct GroupService: Sendable {
             commit.addMember.role = role.wire
             // Refused here, before the commit, rather than admitted without
             // a welcome; the rules' own refusals come from the committer.
-            if case .success(let (mutation, _)) = GroupRules.checkAdd(
-                commit.addMember, actor: state.role(of: author.inboxID) ?? .observer, author: author, against: state)
-            {
+            var added = WireAddMembers()
+            added.members = [commit.addMember]
+            let fits = welcomes.canCarry(added, growingFrom: try? store.snapshotByteCount(groupID)) {
+                let actor = state.role(of: author.inboxID) ?? .observer
+                guard
+                    case .success(let (mutation, _)) = GroupRules.checkAdd(
+                        commit.addMember, actor: actor, author: author, against: state)
+                else { return nil }
                 var after = state
                 after.mutate(mutation, author: author)
-                var added = WireAddMembers()
-                added.members = [commit.addMember]
-                guard welcomes.canCarry(after, growingFrom: try? store.snapshotByteCount(groupID), by: added) else {
-                    throw .group(.full(groupID))
-                }
+                return after
             }
+            guard fits else { throw .group(.full(groupID)) }
             return commit
         }
         if let admission { try await welcomes.send(to: newcomer, groupID: groupID, admission: admission) }

@@ -54,18 +54,22 @@ struct GroupWelcomes: Sendable {
     /// What one commit adds: its id, and varints that grow by a byte.
     static let commitGrowthBound = 64
 
-    /// Whether a welcome can carry `after`, the state a commit of `added`
-    /// leaves on the group whose stored snapshot takes `storedBytes`. Most
-    /// groups are far inside the budget, which a bound on the growth
-    /// shows without encoding the group; near it, ``canCarry(_:)`` decides.
-    func canCarry(_ after: GroupState, growingFrom storedBytes: Int?, by added: WireAddMembers) -> Bool {
+    /// Whether a welcome can carry the group once a commit of `added` lands
+    /// on it, when its stored snapshot takes `storedBytes`. Most groups are
+    /// far inside the budget, which a bound on the growth shows without
+    /// building or encoding the state after; near it, `after` builds that
+    /// state and ``canCarry(_:)`` decides (nil: the rules will refuse the
+    /// commit anyway).
+    func canCarry(
+        _ added: WireAddMembers, growingFrom storedBytes: Int?, after: () -> GroupState?
+    ) -> Bool {
         if let storedBytes {
             let bundles = (added.members.map(\.member) + added.pending.map(\.member)).reduce(0) {
                 $0 + FrameCodec.encode($1).count + Self.admissionGrowthBound
             }
             if storedBytes + Self.commitGrowthBound + bundles <= budget { return true }
         }
-        return canCarry(after)
+        return after().map(canCarry) ?? true
     }
 
     /// Sends a newcomer its welcome: the state right after its admission

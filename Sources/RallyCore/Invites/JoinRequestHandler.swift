@@ -312,10 +312,13 @@ struct JoinRequestHandler: Sendable {
                     }
                     return (running, added)
                 }
-                var (running, added) = build(admitting: batch.count)
+                let whole = build(admitting: batch.count)
+                var added = whole.added
                 let accepted = added.members.count + added.pending.count
-                let storedBytes = try? store.snapshotByteCount(groupID)
-                if accepted > 0, !welcomes.canCarry(running, growingFrom: storedBytes, by: added) {
+                if accepted > 0,
+                    !welcomes.canCarry(
+                        added, growingFrom: try? store.snapshotByteCount(groupID), after: { whole.running })
+                {
                     // The most of the batch, in its order, whose welcome
                     // still fits: a search, as each try encodes the group.
                     var fits = 0
@@ -328,7 +331,7 @@ struct JoinRequestHandler: Sendable {
                             fails = middle
                         }
                     }
-                    (running, added) = build(admitting: fits)
+                    added = build(admitting: fits).added
                 }
                 var commit = committer.newCommit(on: state)
                 switch (added.members.count, added.pending.count) {
