@@ -14,6 +14,9 @@ struct JoinBench: AsyncParsableCommand {
     @Option(help: "Concurrent joiner counts, comma-separated.") var concurrency = "1,50"
     @Option(help: "Rounds per count (each round is a fresh set of joiners).") var rounds = 10
     @Option(help: "Invite verifications to time.") var verifications = 20_000
+    @ArgumentParser.Flag(
+        help: "Also print each round's p50 and slowest join, with the group's size when the round began.")
+    var perRound = false
     @Option(
         help: """
             Where the admin's client runs: 'separate' (a process of its own, as on its own device) or \
@@ -77,6 +80,9 @@ struct JoinBench: AsyncParsableCommand {
             }
             homes.append(countRounds)
         }
+        // Every join of every round lands in the one group, so a later
+        // round's joiners are welcomed into a larger group.
+        var membersBefore = 1
         for (countIndex, count) in counts.enumerated() {
             var latencies: [Double] = []
             var clientCPU = 0.0
@@ -111,6 +117,14 @@ struct JoinBench: AsyncParsableCommand {
                 relayCPU += (ProcessCPU.milliseconds(pid: relay.pid) ?? 0) - cpuBefore.1
                 if let pid = running.pid { adminCPU += (ProcessCPU.milliseconds(pid: pid) ?? 0) - cpuBefore.2 }
                 latencies += measured
+                if perRound {
+                    let sorted = measured.sorted()
+                    Output.write(
+                        String(
+                            format: "  round %d: %d joiners into a group of %d: p50 %.1f ms, max %.1f ms", round + 1,
+                            count, membersBefore, ReconnectBench.percentile(sorted, 0.5), sorted.last ?? 0))
+                }
+                membersBefore += measured.count
                 for joiner in joiners { await joiner.disconnect() }
             }
             latencies.sort()
