@@ -15,7 +15,7 @@ struct JoinBench: AsyncParsableCommand {
     @Option(help: "Rounds per count (each round is a fresh set of joiners).") var rounds = 10
     @Option(help: "Invite verifications to time.") var verifications = 20_000
     @ArgumentParser.Flag(
-        help: "Also print each round's p50 and slowest join, with the group's size when the round began.")
+        help: "Also print each round's p50, slowest join and CPU per join, with the group's size when the round began.")
     var perRound = false
     @Option(
         help: """
@@ -113,16 +113,23 @@ struct JoinBench: AsyncParsableCommand {
                     for try await latency in tasks { all.append(latency) }
                     return all
                 }
-                clientCPU += (ProcessCPU.milliseconds() ?? 0) - cpuBefore.0
-                relayCPU += (ProcessCPU.milliseconds(pid: relay.pid) ?? 0) - cpuBefore.1
-                if let pid = running.pid { adminCPU += (ProcessCPU.milliseconds(pid: pid) ?? 0) - cpuBefore.2 }
+                let roundClientCPU = (ProcessCPU.milliseconds() ?? 0) - cpuBefore.0
+                let roundRelayCPU = (ProcessCPU.milliseconds(pid: relay.pid) ?? 0) - cpuBefore.1
+                let roundAdminCPU = running.pid.map { (ProcessCPU.milliseconds(pid: $0) ?? 0) - cpuBefore.2 } ?? 0
+                clientCPU += roundClientCPU
+                relayCPU += roundRelayCPU
+                adminCPU += roundAdminCPU
                 latencies += measured
                 if perRound {
                     let sorted = measured.sorted()
+                    let joins = Double(measured.count)
                     Output.write(
                         String(
-                            format: "  round %d: %d joiners into a group of %d: p50 %.1f ms, max %.1f ms", round + 1,
-                            count, membersBefore, ReconnectBench.percentile(sorted, 0.5), sorted.last ?? 0))
+                            format:
+                                "  round %d: %d joiners into a group of %d: p50 %.1f ms, max %.1f ms;"
+                                + " CPU ms/join clients %.2f, admin %.2f, relay %.2f",
+                            round + 1, count, membersBefore, ReconnectBench.percentile(sorted, 0.5),
+                            sorted.last ?? 0, roundClientCPU / joins, roundAdminCPU / joins, roundRelayCPU / joins))
                 }
                 membersBefore += measured.count
                 for joiner in joiners { await joiner.disconnect() }

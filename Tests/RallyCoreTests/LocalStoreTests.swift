@@ -26,6 +26,24 @@ struct LocalStoreTests {
         #expect(FileManager.default.fileExists(atPath: temp.home.appendingPathComponent(LocalStore.fileName).path))
     }
 
+    /// A fresh home's schema is copied out of the WAL when the store is
+    /// made, so its first transactions (a join, with the group's whole
+    /// snapshot) write over the WAL's first frames instead of growing the
+    /// file into blocks the file system must allocate and zero (ADR 0044).
+    @Test func aFreshHomesFirstWriteStartsTheWALOverInsteadOfGrowingIt() throws {
+        let temp = TemporaryHome()
+        defer { temp.remove() }
+        let store = try temp.openStore()
+        let wal = temp.home.appendingPathComponent(LocalStore.fileName + "-wal").path
+        func walBytes() throws -> Int { try FileManager.default.attributesOfItem(atPath: wal)[.size] as? Int ?? 0 }
+        let afterCreation = try walBytes()
+        // The schema alone fills many pages: otherwise there would be no
+        // growth for the checkpoint to spare.
+        #expect(afterCreation > 64 * 4096)
+        try store.saveIdentity(Identity(displayName: "Ada", createdAt: Fixtures.created))
+        #expect(try walBytes() == afterCreation)
+    }
+
     /// With SQLite's memory statistics on, every allocation of every
     /// connection takes one process-wide mutex, which a home's threads (and
     /// an app's many homes) wait on (ADR 0042). They can only be turned off
