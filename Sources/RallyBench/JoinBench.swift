@@ -115,21 +115,22 @@ struct JoinBench: AsyncParsableCommand {
                 }
                 let roundClientCPU = (ProcessCPU.milliseconds() ?? 0) - cpuBefore.0
                 let roundRelayCPU = (ProcessCPU.milliseconds(pid: relay.pid) ?? 0) - cpuBefore.1
-                let roundAdminCPU = running.pid.map { (ProcessCPU.milliseconds(pid: $0) ?? 0) - cpuBefore.2 } ?? 0
+                let roundAdminCPU = running.pid.map { (ProcessCPU.milliseconds(pid: $0) ?? 0) - cpuBefore.2 }
                 clientCPU += roundClientCPU
                 relayCPU += roundRelayCPU
-                adminCPU += roundAdminCPU
+                adminCPU += roundAdminCPU ?? 0
                 latencies += measured
                 if perRound {
                     let sorted = measured.sorted()
                     let joins = Double(measured.count)
+                    let admin = roundAdminCPU.map { String(format: "%.2f", $0 / joins) } ?? "(in clients)"
                     Output.write(
                         String(
                             format:
                                 "  round %d: %d joiners into a group of %d: p50 %.1f ms, max %.1f ms;"
-                                + " CPU ms/join clients %.2f, admin %.2f, relay %.2f",
+                                + " CPU ms/join clients %.2f, admin %@, relay %.2f",
                             round + 1, count, membersBefore, ReconnectBench.percentile(sorted, 0.5),
-                            sorted.last ?? 0, roundClientCPU / joins, roundAdminCPU / joins, roundRelayCPU / joins))
+                            sorted.last ?? 0, roundClientCPU / joins, admin, roundRelayCPU / joins))
                 }
                 membersBefore += measured.count
                 for joiner in joiners { await joiner.disconnect() }

@@ -64,7 +64,11 @@ final class LocalStore: Sendable {
             configuration.busyMode = .timeout(Self.busyTimeout)
             let opened = try Self.retryingBusy { try DatabasePool(path: path, configuration: configuration) }
             let migrator = Self.migrator
-            let migrated = try Self.retryingBusy { try !opened.read(migrator.hasCompletedMigrations) }
+            // Asked on the writer, which migrating opens anyway: a read
+            // would open a reader connection at start-up for this alone.
+            let migrated = try Self.retryingBusy {
+                try !opened.writeWithoutTransaction(migrator.hasCompletedMigrations)
+            }
             try Self.retryingBusy { try migrator.migrate(opened) }
             // A new (or upgraded) home's schema fills hundreds of KiB of
             // WAL. Copied into the database now, the next transactions
