@@ -3,6 +3,7 @@ import Foundation
 import Logging
 import RallyCore
 import RallyCrypto
+import RallyWire
 
 /// `rally-bench join`: how long `rally join` takes to reach joined with an
 /// admin's client online, for single and concurrent joiners, and how fast
@@ -203,7 +204,51 @@ struct JoinBench: AsyncParsableCommand {
                     format: "Ed25519 verifications %@: %d in %.2f s = %.0f/s", label, valid, seconds,
                     Double(valid) / seconds))
         }
+        Self.timeSnapshotReading(members: 500)
         Output.write("relay peak memory (VmHWM): \(relay.peakMemoryKiB().map { "\($0 / 1024) MiB" } ?? "unknown")")
+    }
+
+    /// What a joiner spends reading the welcome's snapshot of a large
+    /// group into its state: the codec's reading (its growing fields by
+    /// hand) against SwiftProtobuf's alone, timed in the same run.
+    static func timeSnapshotReading(members: Int) {
+        let owner = Identity(displayName: "owner")
+        var snapshot = WireGroupSnapshot()
+        snapshot.groupID = String(repeating: "a", count: 32)
+        snapshot.epoch = UInt64(members)
+        snapshot.transcript = Data(count: 32)
+        snapshot.members = (0..<members).map { index in
+            var record = WireGroupMemberRecord()
+            record.identity =
+                index == 0
+                ? owner.publicIdentity.wireBundle : Identity(displayName: "joiner \(index)").publicIdentity.wireBundle
+            record.role = index == 0 ? .owner : .member
+            record.addedBy = index == 0 ? "" : owner.inboxID.rawValue
+            return record
+        }
+        snapshot.admittedJoinRequests = (0..<members).map { _ in MessageSealing.newMessageID() }
+        let bytes = FrameCodec.encode(snapshot)
+        let readers: [(String, (Data) throws -> WireGroupSnapshot)] = [
+            ("SwiftProtobuf alone", { try FrameCodec.decode(WireGroupSnapshot.self, from: $0, limit: .max) }),
+            ("the codec (growing fields by hand)", { try FrameCodec.decodeGroupSnapshot($0, limit: .max) }),
+        ]
+        let repeats = 200
+        for (label, read) in readers {
+            let clock = ContinuousClock()
+            var decoded: [WireGroupSnapshot] = []
+            decoded.reserveCapacity(repeats)
+            let start = clock.now
+            for _ in 0..<repeats { if let snapshot = try? read(bytes) { decoded.append(snapshot) } }
+            let read = clock.now
+            let built = decoded.filter { (try? GroupState(snapshot: $0))?.members.count == members }.count
+            let end = clock.now
+            Output.write(
+                String(
+                    format:
+                        "group snapshot of %d members (%d KB), %@: read %.3f ms, state built %.3f ms (%d of %d built)",
+                    members, bytes.count / 1024, label, GroupBench.milliseconds(read - start) / Double(repeats),
+                    GroupBench.milliseconds(end - read) / Double(repeats), built, repeats))
+        }
     }
 
     private func startAdmin(root: URL, relayURL: URL, logger: Logger) async throws -> RunningAdmin {

@@ -53,7 +53,7 @@ public enum FrameCodec {
         try parse(M.self, bytes, limit: limit, keepingUnknownFields: false)
     }
 
-    private static func parse<M: SwiftProtobuf.Message>(
+    static func parse<M: SwiftProtobuf.Message>(
         _ type: M.Type, _ bytes: Data, limit: Int, keepingUnknownFields: Bool
     ) throws(FrameDecodingError) -> M {
         guard bytes.count <= limit else { throw .tooLarge(size: bytes.count, limit: limit) }

@@ -1,3 +1,5 @@
+import Foundation
+
 /// Reads protobuf's wire format (varints, tags, length-delimited fields)
 /// from raw bytes within a range, never past its end; every read that would
 /// cross it, or that is malformed, is nil. The pieces the hand-read publish
@@ -79,5 +81,24 @@ package struct ProtobufWireReader {
         guard end - position >= count else { return false }
         position += count
         return true
+    }
+}
+
+extension ProtobufWireReader {
+    /// The string, if the bytes are valid UTF-8 (SwiftProtobuf refuses
+    /// the message otherwise): decoding repairs what is not, so a string whose
+    /// bytes differ from the input was not.
+    package static func utf8(_ bytes: UnsafeRawBufferPointer) -> String? {
+        var string = String(decoding: bytes.assumingMemoryBound(to: UInt8.self), as: UTF8.self)
+        let unchanged = string.withUTF8 { decoded in
+            decoded.count == bytes.count
+                && (bytes.isEmpty || memcmp(decoded.baseAddress!, bytes.baseAddress!, bytes.count) == 0)
+        }
+        return unchanged ? string : nil
+    }
+
+    /// The bytes at `range` in a `Data` of their own.
+    package static func copy(_ raw: UnsafeRawBufferPointer, _ range: Range<Int>) -> Data {
+        range.isEmpty ? Data() : Data(UnsafeRawBufferPointer(rebasing: raw[range]))
     }
 }

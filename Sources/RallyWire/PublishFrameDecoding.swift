@@ -63,7 +63,7 @@ enum PublishFrameDecoding {
             switch field {
             case (1, .lengthDelimited):
                 guard let value = reader.lengthDelimited(),
-                    let topic = utf8(UnsafeRawBufferPointer(rebasing: raw[value]))
+                    let topic = Reader.utf8(UnsafeRawBufferPointer(rebasing: raw[value]))
                 else { return nil }
                 publish.topic = topic
             case (2, .lengthDelimited):
@@ -71,7 +71,7 @@ enum PublishFrameDecoding {
                 publish.payload = slice(value, of: bytes)
             case (3, .lengthDelimited):
                 guard let value = reader.lengthDelimited() else { return nil }
-                publish.idempotencyKey = copy(raw, value)
+                publish.idempotencyKey = Reader.copy(raw, value)
             case (4, .varint):
                 guard let value = reader.varint() else { return nil }
                 publish.shouldPush = value != 0
@@ -91,7 +91,7 @@ enum PublishFrameDecoding {
                 publish.expectedControlSeq = value
             case (9, .lengthDelimited):
                 guard let value = reader.lengthDelimited() else { return nil }
-                publish.rotateAccessKey = copy(raw, value)
+                publish.rotateAccessKey = Reader.copy(raw, value)
             default:
                 return nil
             }
@@ -108,29 +108,12 @@ enum PublishFrameDecoding {
                 let value = reader.lengthDelimited()
             else { return nil }
             switch field.field {
-            case 1: proof.accessKey = copy(raw, value)
-            case 2: proof.signature = copy(raw, value)
+            case 1: proof.accessKey = Reader.copy(raw, value)
+            case 2: proof.signature = Reader.copy(raw, value)
             default: return nil
             }
         }
         return proof
-    }
-
-    /// The string, if the bytes are valid UTF-8 (SwiftProtobuf refuses
-    /// the frame otherwise): decoding repairs what is not, so a string whose
-    /// bytes differ from the input was not.
-    private static func utf8(_ bytes: UnsafeRawBufferPointer) -> String? {
-        var string = String(decoding: bytes.assumingMemoryBound(to: UInt8.self), as: UTF8.self)
-        let unchanged = string.withUTF8 { decoded in
-            decoded.count == bytes.count
-                && (bytes.isEmpty || memcmp(decoded.baseAddress!, bytes.baseAddress!, bytes.count) == 0)
-        }
-        return unchanged ? string : nil
-    }
-
-    /// The bytes at `range` in a `Data` of their own.
-    private static func copy(_ raw: UnsafeRawBufferPointer, _ range: Range<Int>) -> Data {
-        range.isEmpty ? Data() : Data(UnsafeRawBufferPointer(rebasing: raw[range]))
     }
 
     /// The bytes at `range` (offsets from the frame's first byte), sharing

@@ -354,6 +354,10 @@ struct LocalStoreTests {
                 db, sql: "SELECT snapshot FROM group_info WHERE group_id = ?", arguments: [record.groupID])
         }
         #expect(stored == received)
+        // The state decoded from the welcome is kept with the bytes: the
+        // group's first read here does not decode them again.
+        #expect(store.groupStates.count == 1)
+        #expect(try store.group(GroupTest.groupID)?.state == record.state)
         #expect(try temp.openStore().group(GroupTest.groupID)?.state == record.state)
 
         var next = record

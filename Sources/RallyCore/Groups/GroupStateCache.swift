@@ -29,12 +29,19 @@ final class GroupStateCache: Sendable {
     /// The state `snapshot` (a stored `WireGroupSnapshot`) decodes to.
     func state(groupID: String, snapshot: Data) throws -> GroupState {
         if let entry = entries.withLock({ $0[groupID] }), entry.snapshot == snapshot { return entry.state }
-        let state = try GroupState(snapshot: WireGroupSnapshot(serializedBytes: snapshot))
+        let state = try GroupState(snapshot: FrameCodec.decodeGroupSnapshot(snapshot, limit: .max))
+        remember(state, groupID: groupID, decodedFrom: snapshot)
+        return state
+    }
+
+    /// Keeps a state the caller decoded from exactly `snapshot` (a
+    /// welcome's, stored as received), so the first read of the group after
+    /// storing it does not decode it again.
+    func remember(_ state: GroupState, groupID: String, decodedFrom snapshot: Data) {
         entries.withLock { entries in
             if entries.count >= Self.capacity, entries[groupID] == nil { entries.removeAll(keepingCapacity: true) }
             entries[groupID] = Entry(snapshot: snapshot, state: state)
         }
-        return state
     }
 
     /// How many states are kept (for tests).

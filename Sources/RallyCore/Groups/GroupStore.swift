@@ -389,7 +389,8 @@ extension LocalStore {
         // welcome is read again from the inbox.
         let epochSecret = Self.epochKeySecret(epochKey.1, epoch: epochKey.0, group: record.groupID)
         if let inviteSeed { try saveInviteSeed(inviteSeed, group: record.groupID) }
-        return try write(storingReceived: [epochSecret] + (Self.accessSecret(of: record).map { [$0] } ?? [])) { db in
+        let stored = try write(storingReceived: [epochSecret] + (Self.accessSecret(of: record).map { [$0] } ?? [])) {
+            db in
             // Another process on this home took this welcome already.
             guard try CursorRecord.seq(of: inboxTopic, db) < inboxSeq else { return false }
             try GroupInfoRecord(record, createdAt: now, snapshot: snapshot).insertUnlessStored(db)
@@ -402,6 +403,12 @@ extension LocalStore {
             try CursorRecord.advance(inboxTopic, to: inboxSeq, db)
             return inserted
         }
+        // The state was decoded from these very bytes (the group's first
+        // read, to show it, need not decode them again). Remembered even
+        // when another process stored the group first: a cached state is
+        // used only while the stored bytes are identical to these.
+        if let snapshot { groupStates.remember(record.state, groupID: record.groupID, decodedFrom: snapshot) }
+        return stored
     }
 
     /// The owner deleted the group: its messages and keys go; the record

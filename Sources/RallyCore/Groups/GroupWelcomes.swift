@@ -300,8 +300,7 @@ struct GroupWelcomes: Sendable {
         let state: GroupState
         do {
             state = try GroupState(
-                snapshot: FrameCodec.decode(
-                    WireGroupSnapshot.self, from: welcome.snapshot, limit: WireLimits.maxPayloadBytes))
+                snapshot: FrameCodec.decodeGroupSnapshot(welcome.snapshot, limit: WireLimits.maxPayloadBytes))
         } catch {
             return .failure(.malformed("snapshot"))
         }
