@@ -81,23 +81,13 @@ enum GroupSnapshotDecoding {
         return snapshot
     }
 
-    /// The next field's tag, if it takes one byte and its number is above
-    /// `last`: each field at most once, in order.
-    private static func nextField(
-        _ reader: inout Reader, after last: inout Int
-    ) -> (field: Int, type: Reader.WireType)? {
-        guard let tag = reader.oneByteTag(), tag.field > last else { return nil }
-        last = tag.field
-        return tag
-    }
-
     /// `GroupMemberRecord`: identity (1), role (2), added by (3).
     private static func memberRecord(_ raw: UnsafeRawBufferPointer, _ range: Range<Int>) -> WireGroupMemberRecord? {
         var reader = Reader(raw, range)
         var last = 0
         var record = WireGroupMemberRecord()
         while !reader.isAtEnd {
-            guard let field = nextField(&reader, after: &last) else { return nil }
+            guard let field = reader.fieldInOrder(after: &last) else { return nil }
             switch field {
             case (1, .lengthDelimited):
                 guard let value = reader.lengthDelimited(), let bundle = keyBundle(raw, value) else { return nil }
@@ -111,7 +101,7 @@ enum GroupSnapshotDecoding {
                 record.role = role
             case (3, .lengthDelimited):
                 guard let value = reader.lengthDelimited(),
-                    let addedBy = Reader.utf8(UnsafeRawBufferPointer(rebasing: raw[value]))
+                    let addedBy = Reader.utf8(raw, value)
                 else { return nil }
                 record.addedBy = addedBy
             default:
@@ -128,7 +118,7 @@ enum GroupSnapshotDecoding {
         var last = 0
         var bundle = WireKeyBundle()
         while !reader.isAtEnd {
-            guard let field = nextField(&reader, after: &last) else { return nil }
+            guard let field = reader.fieldInOrder(after: &last) else { return nil }
             switch field {
             case (1, .lengthDelimited):
                 guard let value = reader.lengthDelimited() else { return nil }
@@ -138,7 +128,7 @@ enum GroupSnapshotDecoding {
                 bundle.agreementPublicKey = Reader.copy(raw, value)
             case (3, .lengthDelimited):
                 guard let value = reader.lengthDelimited(),
-                    let name = Reader.utf8(UnsafeRawBufferPointer(rebasing: raw[value]))
+                    let name = Reader.utf8(raw, value)
                 else { return nil }
                 bundle.displayName = name
             case (4, .varint):

@@ -59,6 +59,16 @@ package struct ProtobufWireReader {
         return (field, type)
     }
 
+    /// The next field's tag, if it takes one byte and its number is above
+    /// `last`: each field at most once, in order, as every encoder writes
+    /// them. Nil for a field out of order or given twice, and for a tag
+    /// padded to more bytes (which SwiftProtobuf reads up to five of).
+    package mutating func fieldInOrder(after last: inout Int) -> (field: Int, type: WireType)? {
+        guard let tag = oneByteTag(), tag.field > last else { return nil }
+        last = tag.field
+        return tag
+    }
+
     /// A length and the range of that many bytes after it.
     package mutating func lengthDelimited() -> Range<Int>? {
         guard let length = varint(), length <= UInt64(end - position) else { return nil }
@@ -95,6 +105,11 @@ extension ProtobufWireReader {
                 && (bytes.isEmpty || memcmp(decoded.baseAddress!, bytes.baseAddress!, bytes.count) == 0)
         }
         return unchanged ? string : nil
+    }
+
+    /// The string at `range` of `raw`, if it is valid UTF-8.
+    package static func utf8(_ raw: UnsafeRawBufferPointer, _ range: Range<Int>) -> String? {
+        utf8(UnsafeRawBufferPointer(rebasing: raw[range]))
     }
 
     /// The bytes at `range` in a `Data` of their own.

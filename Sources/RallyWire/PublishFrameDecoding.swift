@@ -28,9 +28,9 @@ enum PublishFrameDecoding {
             var requestID: UInt64 = 0
             // An optional request id (field 1, a varint), then the publish
             // (field 11, length-delimited) and nothing after it.
-            guard var field = nextField(&reader, after: &last) else { return nil }
+            guard var field = reader.fieldInOrder(after: &last) else { return nil }
             if field == (1, .varint) {
-                guard let id = reader.varint(), let next = nextField(&reader, after: &last) else { return nil }
+                guard let id = reader.varint(), let next = reader.fieldInOrder(after: &last) else { return nil }
                 requestID = id
                 field = next
             }
@@ -41,29 +41,17 @@ enum PublishFrameDecoding {
         }
     }
 
-    /// The next field's tag, if it takes one byte and its number is above
-    /// `last`: each field at most once, in order. Nil for a field out of
-    /// order or given twice, and for a tag padded to more bytes (which
-    /// SwiftProtobuf reads up to five of).
-    private static func nextField(
-        _ reader: inout Reader, after last: inout Int
-    ) -> (field: Int, type: Reader.WireType)? {
-        guard let tag = reader.oneByteTag(), tag.field > last else { return nil }
-        last = tag.field
-        return tag
-    }
-
     /// `Publish`'s fields, each at most once and in order.
     private static func publish(_ raw: UnsafeRawBufferPointer, _ range: Range<Int>, in bytes: Data) -> WirePublish? {
         var reader = Reader(raw, range)
         var last = 0
         var publish = WirePublish()
         while !reader.isAtEnd {
-            guard let field = nextField(&reader, after: &last) else { return nil }
+            guard let field = reader.fieldInOrder(after: &last) else { return nil }
             switch field {
             case (1, .lengthDelimited):
                 guard let value = reader.lengthDelimited(),
-                    let topic = Reader.utf8(UnsafeRawBufferPointer(rebasing: raw[value]))
+                    let topic = Reader.utf8(raw, value)
                 else { return nil }
                 publish.topic = topic
             case (2, .lengthDelimited):
@@ -104,7 +92,7 @@ enum PublishFrameDecoding {
         var last = 0
         var proof = WireTopicProof()
         while !reader.isAtEnd {
-            guard let field = nextField(&reader, after: &last), field.type == .lengthDelimited,
+            guard let field = reader.fieldInOrder(after: &last), field.type == .lengthDelimited,
                 let value = reader.lengthDelimited()
             else { return nil }
             switch field.field {

@@ -110,44 +110,23 @@ struct GroupSnapshotDecodingTests {
     )
     func mutations() throws {
         var random = SeededGenerator(seed: 0x77E)
-        var taken = 0
-        var mismatches: [String] = []
+        var audit = HandPathAudit<WireGroupSnapshot>()
         for snapshot in Self.randomSnapshots(count: 50, seed: 0xBEEF, maxMembers: 3) {
             let bytes = FrameCodec.encode(snapshot)
             guard !bytes.isEmpty, bytes.count < 1_500 else { continue }
-            var variants: [Data] = (0..<bytes.count).map { bytes.prefix($0) }
-            for _ in 0..<120 {
-                var flipped = bytes
-                let at = Int.random(in: 0..<flipped.count, using: &random)
-                flipped[at] ^= UInt8(1) << UInt8.random(in: 0...7, using: &random)
-                variants.append(flipped)
-                var inserted = bytes
-                inserted.insert(
-                    UInt8.random(in: .min ... .max, using: &random), at: Int.random(in: 0...bytes.count, using: &random)
-                )
-                variants.append(inserted)
-            }
+            let variants = random.mutations(of: bytes, count: 120)
             for variant in variants {
-                let reference = try? Self.reference(variant)
                 // (An empty snapshot is refused before either reading.)
-                if !variant.isEmpty, let hand = GroupSnapshotDecoding.decode(variant) {
-                    taken += 1
-                    if hand != reference { mismatches.append("hand: " + variant.base64EncodedString()) }
-                }
-                do {
-                    let decoded = try FrameCodec.decodeGroupSnapshot(variant, limit: .max)
-                    if decoded != reference { mismatches.append("codec: " + variant.base64EncodedString()) }
-                } catch {
-                    if reference != nil && !variant.isEmpty {
-                        mismatches.append("refused: " + variant.base64EncodedString())
-                    }
-                }
+                audit.check(
+                    variant, reference: try? Self.reference(variant),
+                    hand: variant.isEmpty ? nil : GroupSnapshotDecoding.decode(variant)
+                ) { try FrameCodec.decodeGroupSnapshot(variant, limit: .max) }
             }
         }
-        #expect(mismatches.isEmpty, "\(mismatches.prefix(3))")
+        #expect(audit.mismatches.isEmpty, "\(audit.mismatches.prefix(3))")
         // The mutations leave many snapshots well formed: the hand path must
         // have taken some, or this test checks nothing of it.
-        #expect(taken > 1_000)
+        #expect(audit.taken > 1_000)
     }
 
     /// A member record (field 4) around `fields`, after a group id.

@@ -112,23 +112,12 @@ struct PublishFrameDecodingTests {
     )
     func mutations() throws {
         var random = SeededGenerator(seed: 0x3F7)
-        var taken = 0
+        var audit = HandPathAudit<WireClientFrame>()
         var mismatches: [String] = []
         for frame in Self.randomFrames(count: 60, seed: 0xC0DE) {
             let bytes = FrameCodec.encode(frame)
             guard bytes.count < 2_000 else { continue }
-            var variants: [Data] = (0..<bytes.count).map { bytes.prefix($0) }
-            for _ in 0..<150 {
-                var flipped = bytes
-                let at = Int.random(in: 0..<flipped.count, using: &random)
-                flipped[at] ^= UInt8(1) << UInt8.random(in: 0...7, using: &random)
-                variants.append(flipped)
-                var inserted = bytes
-                inserted.insert(
-                    UInt8.random(in: .min ... .max, using: &random), at: Int.random(in: 0...bytes.count, using: &random)
-                )
-                variants.append(inserted)
-            }
+            let variants = random.mutations(of: bytes, count: 150)
             for variant in variants {
                 let reference = try? Self.reference(variant)
                 // The event loop's path takes a publish alone exactly when
@@ -137,26 +126,16 @@ struct PublishFrameDecodingTests {
                 if (Self.publishAlone(variant) == nil) != (PublishFrameDecoding.decode(variant) == nil) {
                     mismatches.append("taken by one path only: " + variant.base64EncodedString())
                 }
-                if let hand = PublishFrameDecoding.decode(variant) {
-                    taken += 1
-                    if hand != reference {
-                        mismatches.append(variant.map { String($0, radix: 16) }.joined(separator: " "))
-                    }
-                }
-                do {
-                    let decoded = try FrameCodec.decodeClientFrame(variant)
-                    if decoded != reference { mismatches.append("codec: " + variant.base64EncodedString()) }
-                } catch {
-                    if reference != nil && !variant.isEmpty {
-                        mismatches.append("refused: " + variant.base64EncodedString())
-                    }
+                audit.check(variant, reference: reference, hand: PublishFrameDecoding.decode(variant)) {
+                    try FrameCodec.decodeClientFrame(variant)
                 }
             }
         }
         #expect(mismatches.isEmpty, "\(mismatches.prefix(3))")
+        #expect(audit.mismatches.isEmpty, "\(audit.mismatches.prefix(3))")
         // The mutations leave many frames well formed: the hand path must
         // have taken some, or this test checks nothing of it.
-        #expect(taken > 1_000)
+        #expect(audit.taken > 1_000)
     }
 
     /// Publish fields from `ProtoBytes`, wrapped in a client frame.

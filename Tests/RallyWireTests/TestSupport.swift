@@ -18,6 +18,23 @@ struct SeededGenerator: RandomNumberGenerator {
     mutating func bytes(_ count: Int) -> Data {
         Data((0..<count).map { _ in UInt8.random(in: .min ... .max, using: &self) })
     }
+
+    /// Every cut of `bytes`, then `count` copies with one bit flipped and
+    /// `count` with one byte inserted, each at a random place.
+    mutating func mutations(of bytes: Data, count: Int) -> [Data] {
+        var variants: [Data] = (0..<bytes.count).map { bytes.prefix($0) }
+        for _ in 0..<count {
+            var flipped = bytes
+            let at = Int.random(in: 0..<flipped.count, using: &self)
+            flipped[at] ^= UInt8(1) << UInt8.random(in: 0...7, using: &self)
+            variants.append(flipped)
+            var inserted = bytes
+            inserted.insert(
+                UInt8.random(in: .min ... .max, using: &self), at: Int.random(in: 0...bytes.count, using: &self))
+            variants.append(inserted)
+        }
+        return variants
+    }
 }
 
 /// Protobuf wire-format helpers for hand-built (hostile) inputs.
@@ -49,5 +66,27 @@ enum ProtoBytes {
         for _ in 0..<depth { out += open }
         for _ in 0..<depth { out += close }
         return out
+    }
+}
+
+/// What a hand-read path's mutation test found: how many inputs the hand
+/// path took, and every input where it, or the codec around it, disagreed
+/// with SwiftProtobuf's reference decoding.
+struct HandPathAudit<Value: Equatable> {
+    private(set) var taken = 0
+    private(set) var mismatches: [String] = []
+
+    /// `hand` is the hand path's value (nil: it left the input alone);
+    /// `codec` decodes as the codec does, or throws where it refuses.
+    mutating func check(_ bytes: Data, reference: Value?, hand: Value?, codec: () throws -> Value) {
+        if let hand {
+            taken += 1
+            if hand != reference { mismatches.append("hand: " + bytes.base64EncodedString()) }
+        }
+        do {
+            if try codec() != reference { mismatches.append("codec: " + bytes.base64EncodedString()) }
+        } catch {
+            if reference != nil && !bytes.isEmpty { mismatches.append("refused: " + bytes.base64EncodedString()) }
+        }
     }
 }
