@@ -95,9 +95,9 @@ enum GroupSnapshotDecoding {
             case (2, .varint):
                 // The roles the schema names; any other number is left to
                 // SwiftProtobuf's reading of an open enum.
-                guard let value = reader.varint(), value <= 5, let role = WireGroupRole(rawValue: Int(value)) else {
-                    return nil
-                }
+                guard let value = reader.varint(), let number = Int(exactly: value),
+                    let role = WireGroupRole(rawValue: number), WireGroupRole.allCases.contains(role)
+                else { return nil }
                 record.role = role
             case (3, .lengthDelimited):
                 guard let value = reader.lengthDelimited(),

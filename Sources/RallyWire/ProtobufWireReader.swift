@@ -95,21 +95,17 @@ package struct ProtobufWireReader {
 }
 
 extension ProtobufWireReader {
-    /// The string, if the bytes are valid UTF-8 (SwiftProtobuf refuses
-    /// the message otherwise): decoding repairs what is not, so a string whose
-    /// bytes differ from the input was not.
-    package static func utf8(_ bytes: UnsafeRawBufferPointer) -> String? {
+    /// The string at `range` of `raw`, if its bytes are valid UTF-8
+    /// (SwiftProtobuf refuses the message otherwise): decoding repairs
+    /// what is not, so a string whose bytes differ from the input was not.
+    package static func utf8(_ raw: UnsafeRawBufferPointer, _ range: Range<Int>) -> String? {
+        let bytes = UnsafeRawBufferPointer(rebasing: raw[range])
         var string = String(decoding: bytes.assumingMemoryBound(to: UInt8.self), as: UTF8.self)
         let unchanged = string.withUTF8 { decoded in
             decoded.count == bytes.count
                 && (bytes.isEmpty || memcmp(decoded.baseAddress!, bytes.baseAddress!, bytes.count) == 0)
         }
         return unchanged ? string : nil
-    }
-
-    /// The string at `range` of `raw`, if it is valid UTF-8.
-    package static func utf8(_ raw: UnsafeRawBufferPointer, _ range: Range<Int>) -> String? {
-        utf8(UnsafeRawBufferPointer(rebasing: raw[range]))
     }
 
     /// The bytes at `range` in a `Data` of their own.
